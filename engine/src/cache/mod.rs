@@ -1,0 +1,77 @@
+//! KV caches: one per attention layer, full precision or KIVI, behind one trait.
+//!
+//! The seam between a model and its cache is [`KvCache::attend`]: an attention layer
+//! hands over the new keys, values and queries and gets the attention output back. Each
+//! cache kind owns both its storage and the attention over it, so no model ever sees
+//! packed data and a new cache kind touches no model.
+
+mod full;
+
+pub use full::FullCache;
+
+use mlx_rs::Array;
+use serde::{Deserialize, Serialize};
+
+/// Errors from a KV cache.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// An MLX operation failed.
+    #[error("MLX error in the KV cache: {0}")]
+    Mlx(#[from] mlx_rs::error::Exception),
+    /// Keys, values or queries do not have the shapes the cache expects.
+    #[error("KV cache shape mismatch: {0}")]
+    Shape(String),
+}
+
+/// One layer's KV cache.
+///
+/// Shapes follow MLX's attention convention: queries `[B, n_heads, L, D]`, keys and
+/// values `[B, n_kv_heads, L, D]` for the `L` newest positions. `n_heads` is a multiple
+/// of `n_kv_heads` (grouped-query attention).
+pub trait KvCache: Send {
+    /// Appends the keys and values of the next `L` positions and returns the attention
+    /// output `[B, n_heads, L, D]` of `queries` over everything held, causal within the
+    /// new chunk (position `i` of the chunk sees the history and chunk positions `<= i`).
+    fn attend(
+        &mut self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        scale: f32,
+    ) -> Result<Array, CacheError>;
+
+    /// Number of positions held.
+    fn len(&self) -> usize;
+
+    /// True when nothing is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keeps only the first `len` positions, for reusing a shared prompt prefix. Returns
+    /// the number of positions actually kept, which may be smaller (down to 0) when the
+    /// cache cannot reproduce that exact prefix (a quantized cache keeps whole groups).
+    fn truncate(&mut self, len: usize) -> Result<usize, CacheError>;
+
+    /// Exact accounting of what this layer holds.
+    fn stats(&self) -> LayerKvStats;
+}
+
+/// What one layer's cache holds, measured from its real buffers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerKvStats {
+    /// Positions held.
+    pub tokens: usize,
+    /// Positions stored quantized.
+    pub quantized_tokens: usize,
+    /// Positions in the full-precision residual window.
+    pub residual_tokens: usize,
+    /// Capacity of the residual window before its oldest group is quantized
+    /// (0 for a full-precision cache, which has no window).
+    pub residual_capacity: usize,
+    /// Bytes the same keys and values would take in float16.
+    pub fp16_bytes: u64,
+    /// Bytes the cache actually holds: packed data, scales, zeros and residual (for a
+    /// full-precision cache, its keys and values in their compute dtype).
+    pub held_bytes: u64,
+}

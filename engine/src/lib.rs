@@ -1,0 +1,3 @@
+//! The KIVI Chat engine: everything below the user interface.
+
+pub mod cache;
