@@ -1,0 +1,21 @@
+/** Models and downloads from the Hugging Face hub. */
+import { call } from "./ipc";
+import type { DownloadProgress, ModelInfo, ModelsOverview, ModelStatus } from "./types";
+
+export const listModels = () => call<ModelsOverview>("list_models");
+
+/** Looks a repo up on the hub (size, memory estimate) without downloading it. */
+export const inspectModel = (repoId: string) => call<ModelInfo>("inspect_model", { repoId });
+
+export const downloadModel = (repoId: string) => call<DownloadProgress>("download_model", { repoId });
+export const pauseDownload = (repoId: string) => call<DownloadProgress>("pause_download", { repoId });
+export const resumeDownload = (repoId: string) => call<DownloadProgress>("resume_download", { repoId });
+/** Stops the download and deletes its partial files. */
+export const cancelDownload = (repoId: string) => call<null>("cancel_download", { repoId });
+
+export const deleteModel = (modelId: string) => call<null>("delete_model", { modelId });
+
+/** Persists the choice and starts loading it; progress comes as `model-status`. */
+export const setActiveModel = (modelId: string) => call<ModelStatus>("set_active_model", { modelId });
+
+export const getModelStatus = () => call<ModelStatus>("get_model_status");

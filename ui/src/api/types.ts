@@ -1,0 +1,349 @@
+/**
+ * The data that crosses the IPC boundary. Every type here mirrors a Rust struct or enum
+ * serialized with `#[serde(rename_all = "camelCase")]`; IPC.md is the normative description.
+ * Optional Rust values (`Option<T>`) are always present and `null` when absent, never omitted.
+ */
+
+/** An opaque identifier chosen by the back end (a UUID string or a stringified integer). */
+export type Id = string;
+
+/** Milliseconds since the Unix epoch (UTC). */
+export type EpochMillis = number;
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+/** Machine-readable error kinds; Rust: `enum ErrorCode` with `rename_all = "camelCase"`. */
+export type ErrorCode =
+  | "notFound"
+  | "invalidArgument"
+  | "busy"
+  | "cancelled"
+  | "modelNotLoaded"
+  | "modelLoadFailed"
+  | "contextOverflow"
+  | "unsupportedFile"
+  | "invalidDocument"
+  | "insufficientMemory"
+  | "network"
+  | "portInUse"
+  | "io"
+  | "internal";
+
+/** What every failing command rejects with (Rust: `Err(CommandError)`). */
+export interface CommandError {
+  code: ErrorCode;
+  /** A sentence for the user: what went wrong and what to do about it. */
+  message: string;
+  /** For `invalidArgument`: the offending field as a dotted path (`cache.residualLength`). */
+  field: string | null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+
+export type CacheMode = "kivi" | "fp16";
+export type Bits = 2 | 4;
+export type GroupSize = 32 | 64 | 128;
+
+/** How a KV cache is built. `kBits`, `vBits`, `groupSize`, `residualLength` are kept (and
+ * validated) in fp16 mode too, so switching back to KIVI restores them. */
+export interface CacheConfig {
+  mode: CacheMode;
+  kBits: Bits;
+  vBits: Bits;
+  groupSize: GroupSize;
+  /** R: tokens kept in full precision; a multiple of `groupSize`, 0..=4096, < contextLength. */
+  residualLength: number;
+}
+
+export interface SamplingSettings {
+  /** 0..=2; 0 means greedy. */
+  temperature: number;
+  /** (0, 1]. */
+  topP: number;
+  /** 0..=1000 integer; 0 disables top-k. */
+  topK: number;
+  /** 1..=2; 1 disables the penalty. */
+  repetitionPenalty: number;
+  /** 1..=32768 integer and < contextLength: the longest answer. */
+  maxTokens: number;
+  /** 0..=4294967295 integer, or null for a random seed per answer. */
+  seed: number | null;
+}
+
+export interface Settings {
+  cache: CacheConfig;
+  /** 512..=131072 integer: tokens the KV cache may hold (prompt, documents and answer). */
+  contextLength: number;
+  sampling: SamplingSettings;
+}
+
+export interface SettingsUpdate {
+  settings: Settings;
+  /** True when `cache` or `contextLength` changed, so every chat's KV cache was dropped. */
+  cacheReset: boolean;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chats and messages
+
+export type Role = "user" | "assistant";
+
+export type MessageStatus = "complete" | "streaming" | "stopped" | "interrupted" | "error";
+
+/** Measurements of one answer, filled in when it ends. */
+export interface GenerationStats {
+  modelId: string;
+  /** The cache settings this answer was generated with. */
+  cache: CacheConfig;
+  promptTokens: number;
+  generatedTokens: number;
+  ttftMs: number | null;
+  prefillTokensPerSec: number | null;
+  decodeTokensPerSec: number | null;
+  /** KV bytes at the end of the answer: the same tokens in fp16, and what the cache held. */
+  kvFp16Bytes: number;
+  kvHeldBytes: number;
+}
+
+export interface Message {
+  id: Id;
+  chatId: Id;
+  role: Role;
+  /** Plain text; for the assistant, Markdown written by the model (rendered sanitized). */
+  content: string;
+  status: MessageStatus;
+  /** Set when `status` is `error`. */
+  error: string | null;
+  createdAt: EpochMillis;
+  /** Assistant messages only, once finished (complete, stopped or error); else null. */
+  stats: GenerationStats | null;
+}
+
+export type DocumentKind = "txt" | "md" | "pdf";
+
+export interface DocumentInfo {
+  id: Id;
+  chatId: Id;
+  /** File name without directories, e.g. `moby-dick.txt`. */
+  name: string;
+  /** Absolute path it was read from. */
+  path: string;
+  kind: DocumentKind;
+  sizeBytes: number;
+  /** Tokens of the extracted text, counted with the active model's tokenizer. */
+  tokenCount: number;
+  /** The system prompt, every document up to and including this one (in attach order) and
+   * room for one answer (`sampling.maxTokens`) fit in `contextLength`. */
+  fitsInContext: boolean;
+  /** The context length `fitsInContext` was computed against. */
+  contextLength: number;
+  /** Its tokens are in the chat's current KV cache (follow-up questions skip its prefill). */
+  prefilled: boolean;
+  addedAt: EpochMillis;
+}
+
+/** The chat's live KV cache, if any. */
+export interface ChatCacheInfo {
+  /** The settings the cache was built with; null when the chat has no cache (yet, or dropped). */
+  config: CacheConfig | null;
+  /** Tokens in the cache. */
+  tokens: number;
+}
+
+export interface ChatSummary {
+  id: Id;
+  title: string;
+  createdAt: EpochMillis;
+  updatedAt: EpochMillis;
+  messageCount: number;
+  documentCount: number;
+  /** The start of the last message, at most 120 characters, single line; "" when empty. */
+  preview: string;
+}
+
+export interface Chat extends ChatSummary {
+  systemPrompt: string;
+  /** Oldest first. */
+  messages: Message[];
+  /** In attach order. */
+  documents: DocumentInfo[];
+  cache: ChatCacheInfo;
+}
+
+/** Returned by `send_message`, `regenerate` and `edit_message`. */
+export interface GenerationStarted {
+  generationId: Id;
+  /** The new (send) or edited (edit) user message; null for regenerate. */
+  userMessage: Message | null;
+  /** The answer being written: status `streaming`, content "". */
+  assistantMessage: Message;
+}
+
+export type ExportFormat = "markdown" | "json";
+
+// ---------------------------------------------------------------------------------------------
+// Events
+
+/** `chat-token`: new text of a streaming answer. */
+export interface TokenEvent {
+  chatId: Id;
+  generationId: Id;
+  messageId: Id;
+  /** Text to append (one or more tokens, already detokenized; may be ""). */
+  delta: string;
+}
+
+/** `chat-done`: a generation ended (complete, stopped or failed). Always sent, exactly once. */
+export interface GenerationDoneEvent {
+  chatId: Id;
+  generationId: Id;
+  /** The final stored message (status complete | stopped | error, stats filled in). */
+  message: Message;
+}
+
+export type PrefillState = "running" | "done" | "cancelled" | "error";
+
+/** `prefill-progress`: prompt processing of a `prefill_chat` job or of a generation. */
+export interface PrefillProgressEvent {
+  chatId: Id;
+  /** The `prefill_chat` job id, or the generation id when a generation prefills its prompt. */
+  jobId: Id;
+  /** Documents whose tokens this prefill covers (not yet cached before it); may be empty. */
+  documentIds: Id[];
+  state: PrefillState;
+  processedTokens: number;
+  totalTokens: number;
+  tokensPerSec: number | null;
+  etaSeconds: number | null;
+  /** Set when `state` is `error`. */
+  error: string | null;
+}
+
+export type Phase = "idle" | "loading" | "prefill" | "decode";
+export type Device = "cpu" | "metal";
+
+/** `stats` (and `get_stats`): a snapshot of the engine and the KV cache it works on. */
+export interface StatsSnapshot {
+  timestampMs: EpochMillis;
+  phase: Phase;
+  /** The chat whose cache the numbers describe; null when there is no cache. */
+  chatId: Id | null;
+  device: Device;
+  /** Human-readable, e.g. "Apple M2 Pro (Metal)" or "CPU · 16 threads". */
+  deviceName: string;
+  /** The described cache's settings; null when there is no cache. */
+  cache: CacheConfig | null;
+  contextLength: number;
+  /** Tokens in the cache: quantizedTokens + residualTokens. */
+  tokens: number;
+  quantizedTokens: number;
+  /** Tokens in the full-precision residual window (all tokens in fp16 mode). */
+  residualTokens: number;
+  /** R + G in KIVI mode (the window flushes G tokens when it reaches this); 0 in fp16 mode. */
+  residualCapacity: number;
+  /** Tokens to append before the next flush (capacity - residualTokens); null in fp16 mode. */
+  tokensUntilFlush: number | null;
+  /** The same tokens' K and V in fp16, all layers. */
+  kvFp16Bytes: number;
+  /** What the cache really holds: packed data + scales + zeros + residual, all layers. */
+  kvHeldBytes: number;
+  decodeTokensPerSec: number | null;
+  prefillTokensPerSec: number | null;
+  ttftMs: number | null;
+  processMemoryBytes: number;
+  systemMemoryUsedBytes: number;
+  systemMemoryTotalBytes: number;
+  /** Memory the device holds for MLX (Metal active memory); null on the CPU. */
+  deviceMemoryBytes: number | null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Models and downloads
+
+export type ModelSource = "builtin" | "hub";
+export type ModelAvailability = "ready" | "notDownloaded" | "downloading" | "paused" | "failed";
+
+export type DownloadState = "queued" | "downloading" | "paused" | "failed" | "completed" | "cancelled";
+
+export interface DownloadFile {
+  /** Path inside the repository, e.g. `model.safetensors`. */
+  name: string;
+  downloadedBytes: number;
+  /** Null until the hub reported the size. */
+  totalBytes: number | null;
+  done: boolean;
+}
+
+/** `download-progress` (and inside ModelInfo). */
+export interface DownloadProgress {
+  repoId: string;
+  state: DownloadState;
+  files: DownloadFile[];
+  downloadedBytes: number;
+  totalBytes: number | null;
+  /** Averaged over the last few seconds; 0 when paused. */
+  bytesPerSec: number;
+  etaSeconds: number | null;
+  error: string | null;
+}
+
+export interface ModelInfo {
+  /** Hub repo id (`owner/name`) or a built-in id such as `builtin/SmolLM2-135M-Instruct-Q4_1`. */
+  id: string;
+  /** Display name, e.g. "Llama 3.2 3B Instruct (4-bit)". */
+  name: string;
+  source: ModelSource;
+  recommended: boolean;
+  availability: ModelAvailability;
+  /** Total size of the model files; null until known. */
+  sizeBytes: number | null;
+  /** Memory needed to run it: weights plus a KV cache at the current context length. */
+  memoryEstimateBytes: number | null;
+  /** memoryEstimateBytes <= available memory; null when unknown. */
+  fitsInMemory: boolean | null;
+  /** The model's maximum context; null when unknown. */
+  contextLength: number | null;
+  /** Present while a download exists (queued, downloading, paused, failed). */
+  download: DownloadProgress | null;
+}
+
+export interface ModelsOverview {
+  models: ModelInfo[];
+  activeModelId: string | null;
+  availableMemoryBytes: number;
+  totalMemoryBytes: number;
+}
+
+export type ModelLoadState = "unloaded" | "loading" | "ready" | "failed";
+
+/** `model-status` (and `get_model_status`, `set_active_model`). */
+export interface ModelStatus {
+  modelId: string | null;
+  /** Display name of modelId. */
+  name: string | null;
+  state: ModelLoadState;
+  /** 0..=1 while loading, when known. */
+  progress: number | null;
+  /** Set when `state` is `failed`: what went wrong and what to do. */
+  error: string | null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Local OpenAI-compatible server
+
+/** `server-status` (and the server commands). */
+export interface ServerStatus {
+  running: boolean;
+  /** Always `127.0.0.1` (the server never listens on other interfaces). */
+  host: string;
+  /** The port it listens on, or the last/default one (8080) when stopped. */
+  port: number;
+  /** `http://127.0.0.1:{port}/v1` while running; null when stopped. */
+  url: string | null;
+  /** Requests must carry `Authorization: Bearer <token>`. */
+  authRequired: boolean;
+  /** Why it stopped or failed to start; null otherwise. */
+  error: string | null;
+}

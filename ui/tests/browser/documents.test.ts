@@ -1,0 +1,102 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { mockCalls, openApp, tid, useBrowser, type AppPage } from "./harness";
+
+const env = useBrowser();
+let app: AppPage | null = null;
+afterEach(async () => {
+  if (app) {
+    expect(app.problems.errors).toEqual([]);
+    expect(app.problems.csp).toEqual([]);
+    await app.close();
+  }
+  app = null;
+});
+
+describe("documents", () => {
+  it("attaches a picked file as a chip with its tokens, shows prefill progress, and cancels it", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.holdPrefill = true;
+      window.__kiviMock.pickResult = ["/home/me/Documents/quarterly-report.md"];
+    });
+    await page.click(tid("welcome-attach"));
+    const chip = page.locator(tid("doc-chip"));
+    await chip.waitFor();
+    expect(await chip.locator(".doc-name").textContent()).toBe("quarterly-report.md");
+    expect(await chip.locator(tid("doc-tokens")).textContent()).toBe("5.23k tok");
+    expect(await chip.getAttribute("data-fits")).toBe("true");
+
+    const progress = page.locator(tid("prefill-progress"));
+    await progress.waitFor();
+    await page.waitForFunction(() => /tok\/s · .* left/.test(document.querySelector('[data-testid="prefill-text"]')?.textContent ?? ""));
+    expect(await progress.textContent()).toMatch(/Reading quarterly-report\.md/);
+    expect(await page.locator(tid("prefill-text")).textContent()).toMatch(/^[\d,]+ \/ 5,2\d\d tokens · 1874 tok\/s · .+ left$/);
+    await page.waitForFunction(() => parseFloat((document.querySelector('[data-testid="prefill-bar"]') as HTMLElement).style.width) > 0);
+    // Sending waits for the document; the stop button cancels the prefill.
+    await expect(page.locator(tid("stop-button")).isVisible()).resolves.toBe(true);
+
+    await page.click(tid("prefill-cancel"));
+    await page.waitForSelector(tid("prefill-progress"), { state: "detached" });
+    const calls = await mockCalls(page);
+    expect(calls.map((c) => c.cmd)).toEqual(expect.arrayContaining(["pick_documents", "attach_document", "prefill_chat", "stop_generation"]));
+    expect(calls.find((c) => c.cmd === "attach_document")?.args.path).toBe("/home/me/Documents/quarterly-report.md");
+  });
+
+  it("finishes a prefill and marks the document cached; Esc cancels a running one", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.pickResult = ["/home/me/Documents/paper.pdf"];
+    });
+    await page.click(tid("new-chat"));
+    await page.click(tid("attach-button"));
+    await page.locator(tid("doc-cached")).waitFor({ timeout: 10_000 });
+    expect(await page.locator(tid("prefill-progress")).count()).toBe(0);
+
+    await page.evaluate(() => {
+      window.__kiviMock.holdPrefill = true;
+      window.__kiviMock.pickResult = ["/home/me/Documents/sotu-2016.txt"];
+    });
+    await page.click(tid("attach-button"));
+    await page.locator(tid("prefill-progress")).waitFor();
+    await page.keyboard.press("Escape");
+    await page.waitForSelector(tid("prefill-progress"), { state: "detached" });
+  });
+
+  it("takes files dropped on the window (Tauri drag-drop events)", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.click(tid("new-chat"));
+    await page.evaluate(() => window.__kiviMock.emit("tauri://drag-enter", { paths: ["/a/notes.txt"], position: { x: 10, y: 10 } }));
+    await page.locator(tid("drop-overlay")).waitFor();
+    await page.evaluate(() => window.__kiviMock.emit("tauri://drag-drop", { paths: ["/a/notes.txt", "/a/picture.png"], position: { x: 10, y: 10 } }));
+    await page.waitForSelector(tid("drop-overlay"), { state: "detached" });
+    await page.locator(tid("doc-chip")).waitFor();
+    expect(await page.locator(".doc-name").textContent()).toBe("notes.txt");
+    // The unsupported file is refused with advice.
+    expect(await page.locator(tid("toast-error")).first().textContent()).toMatch(/picture\.png.*\.txt, \.md or \.pdf/);
+    expect((await mockCalls(page)).filter((c) => c.cmd === "attach_document").length).toBe(1);
+  });
+
+  it("flags a document too long for the context and says what to do", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.pickResult = ["/books/moby-dick.txt"];
+    });
+    await page.click(tid("new-chat"));
+    await page.click(tid("attach-button"));
+    const chip = page.locator(tid("doc-chip"));
+    await chip.waitFor();
+    expect(await chip.getAttribute("data-fits")).toBe("false");
+    expect(await chip.locator(tid("doc-too-long")).isVisible()).toBe(true);
+    expect(await chip.getAttribute("title")).toMatch(/287,412 tokens do not fit the context of 32,768.*Raise the context length in Settings/);
+    expect(await page.locator(tid("toast-error")).textContent()).toMatch(/too long.*287,412 tokens.*32,768/);
+    expect(await page.locator(tid("empty-chat")).textContent()).toMatch(/moby-dick\.txt is too long.*287,412 tokens.*raise the context length/);
+    // No prefill for a document that does not fit.
+    expect((await mockCalls(page)).some((c) => c.cmd === "prefill_chat")).toBe(false);
+    await chip.locator(tid("doc-remove")).click();
+    await page.waitForSelector(tid("doc-chip"), { state: "detached" });
+  });
+});

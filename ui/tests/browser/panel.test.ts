@@ -1,0 +1,147 @@
+import { afterEach, describe, expect, it } from "vitest";
+import type { StatsSnapshot } from "../../src/api/types";
+import { openApp, tid, useBrowser, type AppPage } from "./harness";
+
+const env = useBrowser();
+let app: AppPage | null = null;
+afterEach(async () => {
+  if (app) {
+    expect(app.problems.errors).toEqual([]);
+    expect(app.problems.csp).toEqual([]);
+    await app.close();
+  }
+  app = null;
+});
+
+const MiB = 1024 * 1024;
+
+function snapshot(t: number, patch: Partial<StatsSnapshot>): StatsSnapshot {
+  return {
+    timestampMs: t,
+    phase: "decode",
+    chatId: "chat-moby",
+    device: "metal",
+    deviceName: "Apple M2 Pro (Metal)",
+    cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
+    contextLength: 8192,
+    tokens: 1000,
+    quantizedTokens: 900,
+    residualTokens: 100,
+    residualCapacity: 160,
+    tokensUntilFlush: 60,
+    kvFp16Bytes: 100 * MiB,
+    kvHeldBytes: 20 * MiB,
+    decodeTokensPerSec: 31.4,
+    prefillTokensPerSec: 1520,
+    ttftMs: 287,
+    processMemoryBytes: 2048 * MiB,
+    systemMemoryUsedBytes: 8192 * MiB,
+    systemMemoryTotalBytes: 16384 * MiB,
+    deviceMemoryBytes: 900 * MiB,
+    ...patch,
+  };
+}
+
+const text = (app: AppPage, id: string) => app.page.locator(tid(id)).textContent();
+
+describe("live panel", () => {
+  it("shows what stats events say: bytes, ratio, residual gauge, speeds, memory", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    await page.locator(tid("live-panel")).waitFor();
+    const t0 = Date.now() + 10_000;
+    await page.evaluate((s) => window.__kiviMock.emit("stats", s), snapshot(t0, {}));
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-held-bytes"]')?.textContent === "20.0 MiB");
+    expect(await text(app, "stat-fp16-bytes")).toBe("100 MiB");
+    expect(await text(app, "stat-ratio")).toBe("5.00×");
+    expect(await text(app, "stat-saved")).toBe("80% less memory");
+    expect(await text(app, "residual-text")).toBe("100 / 160 tokens in full precision");
+    expect(await text(app, "residual-flush")).toBe("flush in 60");
+    expect(await page.getAttribute(tid("residual-meter"), "aria-valuenow")).toBe("63");
+    expect(await text(app, "stat-decode")).toBe("31.4 tok/s");
+    expect(await text(app, "stat-prefill")).toBe("1520 tok/s");
+    expect(await text(app, "stat-ttft")).toBe("287 ms");
+    expect(await text(app, "stat-process-mem")).toBe("2.00 GiB");
+    expect(await text(app, "stat-system-mem")).toBe("8.00 GiB / 16.0 GiB");
+    expect(await text(app, "stat-device-mem")).toBe("900 MiB");
+    expect(await text(app, "stat-device")).toContain("Metal");
+    expect(await text(app, "stat-phase")).toContain("Generating");
+    expect(await text(app, "stat-tokens")).toBe("1,000 / 8,192 tokens");
+    const samples0 = Number(await page.getAttribute(tid("kv-chart"), "data-samples"));
+
+    // A flush: the window drops back to R, held bytes grow less than fp16 bytes.
+    await page.evaluate((s) => window.__kiviMock.emit("stats", s), snapshot(t0 + 200, { tokens: 1060, quantizedTokens: 932, residualTokens: 128, tokensUntilFlush: 32, kvFp16Bytes: 106 * MiB, kvHeldBytes: 20.5 * MiB }));
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-held-bytes"]')?.textContent === "20.5 MiB");
+    expect(await text(app, "stat-fp16-bytes")).toBe("106 MiB");
+    expect(await text(app, "stat-ratio")).toBe("5.17×");
+    expect(await text(app, "residual-text")).toBe("128 / 160 tokens in full precision");
+    expect(await page.getAttribute(tid("residual-meter"), "aria-valuenow")).toBe("80");
+    expect(Number(await page.getAttribute(tid("kv-chart"), "data-samples"))).toBe(samples0 + 1);
+    expect(await page.getAttribute(tid("kv-chart"), "aria-label")).toMatch(/20.5 MiB held, 106 MiB in fp16, ratio 5.17×/);
+
+    // The canvas really has something drawn on it.
+    const painted = await page.evaluate(() => {
+      const c = document.querySelector('[data-testid="kv-chart"]') as HTMLCanvasElement;
+      const d = c.getContext("2d")!.getImageData(0, 0, c.width, c.height).data;
+      let n = 0;
+      for (let i = 3; i < d.length; i += 4) if (d[i]! > 0) n++;
+      return n;
+    });
+    expect(painted).toBeGreaterThan(500);
+  });
+
+  it("explains full precision mode (no residual window)", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    const fp16 = { mode: "fp16" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128 };
+    await page.evaluate(
+      (s) => window.__kiviMock.emit("stats", s),
+      snapshot(Date.now() + 10_000, { cache: fp16, quantizedTokens: 0, residualTokens: 1000, residualCapacity: 0, tokensUntilFlush: null, kvFp16Bytes: 100 * MiB, kvHeldBytes: 100 * MiB }),
+    );
+    await page.waitForSelector(`${tid("residual-gauge")}[data-mode="fp16"]`);
+    expect(await text(app, "residual-text")).toMatch(/Full precision/);
+    expect(await text(app, "stat-ratio")).toBe("1.00×");
+    expect(await text(app, "stat-cache-config")).toBe("Full precision");
+  });
+
+  it("stays responsive under a burst of events and shows the latest one", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    const t0 = Date.now() + 10_000;
+    const burst = Array.from({ length: 400 }, (_, i) => snapshot(t0 + i * 10, { tokens: 1000 + i, kvFp16Bytes: (100 + i) * MiB, kvHeldBytes: 20 * MiB + i * 4096 }));
+    const ms = await page.evaluate(async (list) => {
+      const start = performance.now();
+      for (const s of list) void window.__kiviMock.emit("stats", s);
+      await new Promise((r) => requestAnimationFrame(() => r(null)));
+      return performance.now() - start;
+    }, burst);
+    expect(ms).toBeLessThan(3000);
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-fp16-bytes"]')?.textContent === "499 MiB");
+    // Still usable: typing works right away.
+    await page.fill(tid("composer-input"), "still responsive");
+    expect(await page.inputValue(tid("composer-input"))).toBe("still responsive");
+  });
+
+  it("updates while a real (mocked) generation streams", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.tokenDelayMs = 40;
+    });
+    await page.fill(tid("composer-input"), "Go");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-phase"]')?.textContent?.includes("Generating"));
+    const first = await text(app, "stat-fp16-bytes");
+    await page.waitForFunction((f) => document.querySelector('[data-testid="stat-fp16-bytes"]')?.textContent !== f, first);
+    await page.keyboard.press("Escape");
+  });
+});

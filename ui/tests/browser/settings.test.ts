@@ -1,0 +1,116 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { mockCalls, openApp, tid, useBrowser, type AppPage } from "./harness";
+
+const env = useBrowser();
+let app: AppPage | null = null;
+afterEach(async () => {
+  if (app) {
+    expect(app.problems.errors).toEqual([]);
+    expect(app.problems.csp).toEqual([]);
+    await app.close();
+  }
+  app = null;
+});
+
+describe("settings", () => {
+  it("rejects a residual length that is not a multiple of the group size, and saves a good one", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    await page.locator(tid("settings-view")).waitFor();
+
+    await page.fill(tid("residual-input"), "100");
+    const error = page.locator(tid("residual-error"));
+    await error.waitFor();
+    expect(await error.textContent()).toMatch(/multiple of the group size \(32\).*96 or 128/);
+    expect(await page.getAttribute(tid("residual-input"), "aria-invalid")).toBe("true");
+    await expect(page.locator(tid("settings-save")).isDisabled()).resolves.toBe(true);
+    expect(await page.locator(tid("settings-state")).textContent()).toMatch(/Fix the highlighted fields/);
+
+    await page.fill(tid("residual-input"), "96");
+    await page.waitForSelector(tid("residual-error"), { state: "detached" });
+    // What happens to the conversation is said before saving.
+    const notice = page.locator(tid("cache-change-notice"));
+    await notice.waitFor();
+    expect(await notice.textContent()).toMatch(/new KV cache.*re-read \(prefilled\) with KIVI K2 V2 · G32 · R96 on your next message/);
+    expect(await page.locator(tid("settings-save")).textContent()).toBe("Save and reset caches");
+
+    await page.click(tid("settings-save"));
+    await page.locator(tid("toast-info")).waitFor();
+    expect(await page.locator(tid("toast-info")).textContent()).toMatch(/caches reset/);
+    const saved = await page.evaluate(() => window.__kiviMock.settings());
+    expect(saved.cache.residualLength).toBe(96);
+    await page.waitForSelector(tid("cache-change-notice"), { state: "detached" });
+    expect(await page.locator(tid("settings-state")).textContent()).toMatch(/All changes saved/);
+  });
+
+  it("re-validates when the group size changes, and saves bits and the fp16 switch", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    await page.click(tid("group-64"));
+    // 128 is a multiple of 64: still valid.
+    expect(await page.locator(tid("residual-error")).count()).toBe(0);
+    await page.fill(tid("residual-input"), "96");
+    await page.locator(tid("residual-error")).waitFor();
+    expect(await page.locator(tid("residual-error")).textContent()).toMatch(/\(64\)/);
+    await page.fill(tid("residual-input"), "192");
+    await page.click(tid("kbits-4"));
+    await page.click(tid("settings-save"));
+    await page.locator(tid("toast-info")).waitFor();
+    let saved = await page.evaluate(() => window.__kiviMock.settings());
+    expect(saved.cache).toEqual({ mode: "kivi", kBits: 4, vBits: 2, groupSize: 64, residualLength: 192 });
+
+    await page.click(tid("cache-mode-fp16"));
+    await expect(page.locator(tid("kbits-2")).isDisabled()).resolves.toBe(true);
+    await page.click(tid("settings-save"));
+    await page.waitForFunction(() => window.__kiviMock.settings().cache.mode === "fp16");
+    saved = await page.evaluate(() => window.__kiviMock.settings());
+    expect(saved.cache.mode).toBe("fp16");
+  });
+
+  it("validates sampling fields and reverts", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    await page.fill(tid("temperature-input"), "3");
+    await page.locator(tid("temperature-error")).waitFor();
+    await page.fill(tid("topp-input"), "0");
+    await page.locator(tid("topp-error")).waitFor();
+    await page.fill(tid("maxtokens-input"), "40000");
+    await page.locator(tid("maxtokens-error")).waitFor();
+    await page.fill(tid("seed-input"), "-4");
+    await page.locator(tid("seed-error")).waitFor();
+    await page.fill(tid("context-input"), "100");
+    await page.locator(tid("context-error")).waitFor();
+    await expect(page.locator(tid("settings-save")).isDisabled()).resolves.toBe(true);
+    await page.click(tid("settings-revert"));
+    expect(await page.locator(".field-error").count()).toBe(0);
+    expect(await page.inputValue(tid("temperature-input"))).toBe("0.7");
+    expect((await mockCalls(page)).some((c) => c.cmd === "update_settings")).toBe(false);
+  });
+
+  it("starts and stops the local server and shows its URL", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    await page.fill(tid("server-port"), "80");
+    await page.locator(tid("server-port-error")).waitFor();
+    await expect(page.locator(tid("server-start")).isDisabled()).resolves.toBe(true);
+
+    await page.fill(tid("server-port"), "8081");
+    await page.click(tid("server-start"));
+    await page.locator(tid("toast-error")).waitFor();
+    expect(await page.locator(tid("toast-error")).textContent()).toMatch(/already in use/);
+
+    await page.fill(tid("server-port"), "9090");
+    await page.fill(tid("server-token"), "s3cret");
+    await page.click(tid("server-start"));
+    await page.locator(tid("server-url")).waitFor();
+    expect(await page.locator(tid("server-url")).textContent()).toBe("http://127.0.0.1:9090/v1");
+    const start = (await mockCalls(page)).filter((c) => c.cmd === "start_server").pop();
+    expect(start?.args).toEqual({ port: 9090, token: "s3cret" });
+    await page.click(tid("server-stop"));
+    await page.waitForSelector(`${tid("server-status")}[data-running="false"]`);
+  });
+});

@@ -1,0 +1,237 @@
+import { describe, expect, it } from "vitest";
+import type { Chat, DocumentInfo, GenerationStarted, Message } from "../../src/api/types";
+import {
+  applyDocumentAdded,
+  applyDocumentRemoved,
+  applyDone,
+  applyGenerationStarted,
+  applyOptimisticSend,
+  applyPending,
+  applyPrefill,
+  applySendFailed,
+  applyStopRequested,
+  applyToken,
+  canEdit,
+  documentBudget,
+  isBusy,
+  openChat,
+  PENDING_PREFIX,
+  regenerableMessage,
+  type ChatView,
+} from "../../src/lib/chatLogic";
+
+let n = 0;
+const msg = (role: Message["role"], content: string, status: Message["status"] = "complete", id = `m${++n}`): Message => ({
+  id,
+  chatId: "c1",
+  role,
+  content,
+  status,
+  error: null,
+  createdAt: 1000 + n,
+  stats: null,
+});
+
+const chat = (messages: Message[] = [], documents: DocumentInfo[] = []): Chat => ({
+  id: "c1",
+  title: "Test",
+  createdAt: 1,
+  updatedAt: 2,
+  messageCount: messages.length,
+  documentCount: documents.length,
+  preview: "",
+  systemPrompt: "",
+  messages,
+  documents,
+  cache: { config: null, tokens: 0 },
+});
+
+const doc = (id: string, tokenCount: number, fitsInContext = true): DocumentInfo => ({
+  id,
+  chatId: "c1",
+  name: `${id}.txt`,
+  path: `/tmp/${id}.txt`,
+  kind: "txt",
+  sizeBytes: tokenCount * 4,
+  tokenCount,
+  fitsInContext,
+  contextLength: 8192,
+  prefilled: false,
+  addedAt: 1,
+});
+
+const started = (user: Message | null, answerId = "a1", generationId = "g1"): GenerationStarted => ({
+  generationId,
+  userMessage: user,
+  assistantMessage: { ...msg("assistant", "", "streaming", answerId) },
+});
+
+const contents = (v: ChatView) => v.chat.messages.map((m) => `${m.role}:${m.content}:${m.status}`);
+
+describe("send and stream", () => {
+  it("shows the user's message at once, then the streaming answer", () => {
+    let v = openChat(chat());
+    v = applyOptimisticSend(v, "Hello", "t1");
+    expect(v.pending).toBe(true);
+    expect(v.chat.messages[0]!.id).toBe(`${PENDING_PREFIX}t1`);
+    expect(isBusy(v)).toBe(true);
+
+    const user = msg("user", "Hello", "complete", "u1");
+    v = applyGenerationStarted(v, started(user), "t1");
+    expect(v.pending).toBe(false);
+    expect(v.chat.messages.map((m) => m.id)).toEqual(["u1", "a1"]);
+    expect(v.generation).toEqual({ id: "g1", messageId: "a1", stopping: false });
+    expect(v.chat.messageCount).toBe(2);
+  });
+
+  it("appends streamed tokens in order", () => {
+    let v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
+    for (const delta of ["The ", "whale ", "is ", "white."]) v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta });
+    expect(v.chat.messages[1]!.content).toBe("The whale is white.");
+    expect(v.chat.messages[1]!.status).toBe("streaming");
+  });
+
+  it("ignores tokens of other chats and keeps the same state object for empty deltas", () => {
+    const v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
+    expect(applyToken(v, { chatId: "other", generationId: "g1", messageId: "a1", delta: "x" })).toBe(v);
+    expect(applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "" })).toBe(v);
+  });
+
+  it("buffers tokens and the end that arrive before send_message returns", () => {
+    let v = applyOptimisticSend(openChat(chat()), "Hi", "t1");
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Early " });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "bird" });
+    v = applyGenerationStarted(v, started(msg("user", "Hi", "complete", "u1")), "t1");
+    expect(v.chat.messages[1]!.content).toBe("Early bird");
+    expect(v.generation?.messageId).toBe("a1");
+    expect(v.early).toEqual({});
+
+    let w = applyOptimisticSend(openChat(chat()), "Hi", "t2");
+    const final = { ...msg("assistant", "Done already", "complete", "a2") };
+    w = applyDone(w, { chatId: "c1", generationId: "g2", message: final });
+    w = applyGenerationStarted(w, started(msg("user", "Hi", "complete", "u2"), "a2", "g2"), "t2");
+    expect(w.chat.messages[1]).toEqual(final);
+    expect(w.generation).toBeNull();
+  });
+
+  it("replaces the streamed message with the stored one when done", () => {
+    let v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Partial" });
+    const final: Message = { ...v.chat.messages[1]!, content: "Partial answer", status: "complete" };
+    v = applyDone(v, { chatId: "c1", generationId: "g1", message: final });
+    expect(v.generation).toBeNull();
+    expect(v.chat.messages[1]).toEqual(final);
+    expect(isBusy(v)).toBe(false);
+  });
+
+  it("removes the optimistic message when sending fails", () => {
+    let v = applyOptimisticSend(openChat(chat([msg("user", "a", "complete", "u0")])), "Hello", "t9");
+    v = applySendFailed(v, "t9");
+    expect(v.chat.messages.map((m) => m.id)).toEqual(["u0"]);
+    expect(v.pending).toBe(false);
+  });
+});
+
+describe("stop", () => {
+  it("marks the generation as stopping, then ends it with the stopped message", () => {
+    let v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Half an" });
+    v = applyStopRequested(v);
+    expect(v.generation?.stopping).toBe(true);
+    // Tokens already in flight still append until chat-done.
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "swer" });
+    v = applyDone(v, { chatId: "c1", generationId: "g1", message: { ...v.chat.messages[1]!, status: "stopped" } });
+    expect(v.generation).toBeNull();
+    expect(contents(v)).toEqual(["user:Hi:complete", "assistant:Half answer:stopped"]);
+    expect(regenerableMessage(v)?.id).toBe("a1");
+  });
+
+  it("is a no-op without a generation", () => {
+    const v = openChat(chat());
+    expect(applyStopRequested(v)).toBe(v);
+  });
+
+  it("ignores tokens for a message that already ended", () => {
+    let v = openChat(chat([msg("user", "Hi", "complete", "u1"), msg("assistant", "Done", "stopped", "a1")]));
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: " more" });
+    expect(v.chat.messages[1]!.content).toBe("Done");
+  });
+});
+
+describe("regenerate", () => {
+  it("replaces the last answer with a new streaming one", () => {
+    const history = [msg("user", "Q1", "complete", "u1"), msg("assistant", "A1", "complete", "a1"), msg("user", "Q2", "complete", "u2"), msg("assistant", "A2", "complete", "a2")];
+    let v = openChat(chat(history));
+    expect(regenerableMessage(v)?.id).toBe("a2");
+    v = applyPending(v, true);
+    expect(regenerableMessage(v)).toBeNull();
+    v = applyGenerationStarted(v, started(null, "a3", "g3"));
+    expect(v.chat.messages.map((m) => m.id)).toEqual(["u1", "a1", "u2", "a3"]);
+    expect(v.generation?.messageId).toBe("a3");
+  });
+
+  it("can regenerate an interrupted or failed answer", () => {
+    const v = openChat(chat([msg("user", "Q", "complete", "u1"), msg("assistant", "partial", "interrupted", "a1")]));
+    expect(regenerableMessage(v)?.id).toBe("a1");
+    const w = openChat(chat([msg("user", "Q", "complete", "u1"), { ...msg("assistant", "", "error", "a1"), error: "boom" }]));
+    expect(regenerableMessage(w)?.id).toBe("a1");
+  });
+
+  it("offers nothing while streaming or when the last message is the user's", () => {
+    expect(regenerableMessage(openChat(chat([msg("user", "Q", "complete", "u1")])))).toBeNull();
+    const streaming = openChat(chat([msg("user", "Q", "complete", "u1"), msg("assistant", "x", "streaming", "a1")]));
+    expect(streaming.generation?.messageId).toBe("a1");
+    expect(regenerableMessage(streaming)).toBeNull();
+  });
+});
+
+describe("edit and resend", () => {
+  it("rewrites the user message and drops everything after it", () => {
+    const history = [msg("user", "Q1", "complete", "u1"), msg("assistant", "A1", "complete", "a1"), msg("user", "Q2", "complete", "u2"), msg("assistant", "A2", "complete", "a2")];
+    let v = openChat(chat(history));
+    expect(canEdit(v, history[0]!)).toBe(true);
+    expect(canEdit(v, history[1]!)).toBe(false);
+    v = applyGenerationStarted(v, started({ ...history[0]!, content: "Q1 edited" }, "a9", "g9"));
+    expect(contents(v)).toEqual(["user:Q1 edited:complete", "assistant::streaming"]);
+    expect(v.generation?.id).toBe("g9");
+  });
+
+  it("cannot edit while busy or an optimistic message", () => {
+    let v = applyOptimisticSend(openChat(chat()), "Hello", "t1");
+    expect(canEdit(v, v.chat.messages[0]!)).toBe(false);
+    v = applyGenerationStarted(v, started(msg("user", "Hello", "complete", "u1")), "t1");
+    expect(canEdit(v, v.chat.messages[0]!)).toBe(false);
+  });
+});
+
+describe("documents and prefill", () => {
+  it("tracks prefill progress and marks documents cached when done", () => {
+    let v = openChat(chat([], [doc("d1", 5000), doc("d2", 900000, false)]));
+    expect(documentBudget(v.chat.documents)).toEqual({ tokens: 905000, allFit: false });
+    const base = { chatId: "c1", jobId: "p1", documentIds: ["d1"], totalTokens: 5000, tokensPerSec: 1000, error: null };
+    v = applyPrefill(v, { ...base, state: "running", processedTokens: 1000, etaSeconds: 4 });
+    expect(v.prefill?.processedTokens).toBe(1000);
+    expect(isBusy(v)).toBe(true);
+    v = applyPrefill(v, { ...base, state: "done", processedTokens: 5000, etaSeconds: 0 });
+    expect(v.prefill).toBeNull();
+    expect(v.chat.documents.map((d) => d.prefilled)).toEqual([true, false]);
+  });
+
+  it("clears a cancelled prefill without caching", () => {
+    let v = openChat(chat([], [doc("d1", 5000)]));
+    const base = { chatId: "c1", jobId: "p1", documentIds: ["d1"], totalTokens: 5000, tokensPerSec: 1000, etaSeconds: null, error: null };
+    v = applyPrefill(v, { ...base, state: "running", processedTokens: 100 });
+    v = applyPrefill(v, { ...base, state: "cancelled", processedTokens: 100 });
+    expect(v.prefill).toBeNull();
+    expect(v.chat.documents[0]!.prefilled).toBe(false);
+  });
+
+  it("adds and removes documents", () => {
+    let v = openChat(chat());
+    v = applyDocumentAdded(v, doc("d1", 10));
+    v = applyDocumentAdded(v, doc("d2", 20));
+    expect(v.chat.documentCount).toBe(2);
+    v = applyDocumentRemoved(v, "d1");
+    expect(v.chat.documents.map((d) => d.id)).toEqual(["d2"]);
+  });
+});
