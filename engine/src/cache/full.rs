@@ -6,7 +6,7 @@ use mlx_rs::{
     Array,
 };
 
-use super::{CacheError, KvCache, LayerKvStats};
+use super::{CacheError, CacheState, KvCache, LayerKvStats};
 
 /// Keys and values of one layer in the model's compute dtype, `[B, n_kv_heads, T, D]`.
 #[derive(Default)]
@@ -81,5 +81,61 @@ impl KvCache for FullCache {
             fp16_bytes: elements * 2,
             held_bytes,
         }
+    }
+
+    fn state(&self) -> Result<CacheState, CacheError> {
+        let arrays: Vec<(String, Array)> = [("keys", &self.keys), ("values", &self.values)]
+            .into_iter()
+            .filter_map(|(name, a)| a.as_ref().map(|a| (name.to_string(), a.clone())))
+            .collect();
+        mlx_rs::transforms::eval(arrays.iter().map(|(_, a)| a))?;
+        Ok(CacheState {
+            tokens: self.len(),
+            arrays,
+        })
+    }
+
+    fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
+        let bad = |why: String| Err(CacheError::State(why));
+        let (mut keys, mut values) = (None, None);
+        for (name, array) in state.arrays {
+            match name.as_str() {
+                "keys" => keys = Some(array),
+                "values" => values = Some(array),
+                other => return bad(format!("unknown array {other:?}")),
+            }
+        }
+        match (&keys, &values) {
+            (None, None) if state.tokens == 0 => {}
+            (Some(k), Some(v)) => {
+                let (&[b, h, t, _], &[vb, vh, vt, _]) = (k.shape(), v.shape()) else {
+                    return bad("keys and values must be 4-D".into());
+                };
+                if (b, h, t) != (vb, vh, vt) || t as usize != state.tokens || t == 0 {
+                    return bad(format!(
+                        "keys {:?} and values {:?} do not hold {} tokens",
+                        k.shape(),
+                        v.shape(),
+                        state.tokens
+                    ));
+                }
+                if k.dtype() != v.dtype() || !kivi_kernels::attention::is_float(k.dtype()) {
+                    return bad(format!(
+                        "keys {:?} and values {:?} must be one float dtype",
+                        k.dtype(),
+                        v.dtype()
+                    ));
+                }
+            }
+            _ => {
+                return bad(format!(
+                    "keys and values do not hold {} tokens",
+                    state.tokens
+                ))
+            }
+        }
+        self.keys = keys;
+        self.values = values;
+        Ok(())
     }
 }

@@ -4,10 +4,21 @@
 //! hands over the new keys, values and queries and gets the attention output back. Each
 //! cache kind owns both its storage and the attention over it, so no model ever sees
 //! packed data and a new cache kind touches no model.
+//!
+//! - [`FullCache`]: keys and values as they arrive.
+//! - [`KiviCache`]: KIVI, quantized history plus a full-precision residual window.
+//! - [`CacheConfig`] / [`KiviConfig`]: which cache to make, validated and serializable.
+//! - [`file`]: saving a model's caches and reopening them without a new prefill.
 
+mod config;
+pub mod file;
 mod full;
+mod kivi;
 
+pub use config::{CacheConfig, ConfigError, KiviConfig};
 pub use full::FullCache;
+pub use kivi::{KiviBytes, KiviCache};
+pub use kivi_kernels::KeyAxis;
 
 use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
@@ -21,6 +32,22 @@ pub enum CacheError {
     /// Keys, values or queries do not have the shapes the cache expects.
     #[error("KV cache shape mismatch: {0}")]
     Shape(String),
+    /// Saved contents that this cache cannot hold (wrong names, shapes or dtypes).
+    #[error("saved KV cache contents are inconsistent: {0}")]
+    State(String),
+    /// The cache kind does not support the operation.
+    #[error("this KV cache kind does not support {0}")]
+    Unsupported(&'static str),
+}
+
+/// A cache's contents as named arrays plus its token count: what [`KvCache::state`] gives
+/// and [`KvCache::restore`] takes, and what [`file`] saves.
+#[derive(Debug, Clone)]
+pub struct CacheState {
+    /// Positions held.
+    pub tokens: usize,
+    /// The cache's buffers, evaluated, by name (names are the cache kind's own).
+    pub arrays: Vec<(String, mlx_rs::Array)>,
 }
 
 /// One layer's KV cache.
@@ -55,6 +82,18 @@ pub trait KvCache: Send {
 
     /// Exact accounting of what this layer holds.
     fn stats(&self) -> LayerKvStats;
+
+    /// The contents as named, evaluated arrays, for saving to a file.
+    fn state(&self) -> Result<CacheState, CacheError> {
+        Err(CacheError::Unsupported("saving"))
+    }
+
+    /// Replaces the contents with a saved state of a cache of the same kind and settings,
+    /// after checking that it is consistent.
+    fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
+        let _ = state;
+        Err(CacheError::Unsupported("loading"))
+    }
 }
 
 /// What one layer's cache holds, measured from its real buffers.
@@ -66,8 +105,8 @@ pub struct LayerKvStats {
     pub quantized_tokens: usize,
     /// Positions in the full-precision residual window.
     pub residual_tokens: usize,
-    /// Capacity of the residual window before its oldest group is quantized
-    /// (0 for a full-precision cache, which has no window).
+    /// Most positions the residual window holds before its oldest group is quantized
+    /// (KIVI: `R + G - 1`; 0 for a full-precision cache, which has no window).
     pub residual_capacity: usize,
     /// Bytes the same keys and values would take in float16.
     pub fp16_bytes: u64,

@@ -1,0 +1,43 @@
+# KIVI Chat: the two commands a newcomer needs are `make run` and `make test`.
+# Both install what is missing first (scripts/setup.sh is idempotent).
+
+SHELL := /bin/bash
+export KIVI_MODEL ?= $(CURDIR)/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf
+
+.PHONY: run test setup ui app cli lint test-rust test-ui test-app test-window fuzz clean
+
+## run: set up, build and start the desktop app on the offline default model
+run: setup app
+	scripts/run-app.sh
+
+## test: set up, then run every test (Rust, UI unit + browser, app end-to-end, fuzz smoke)
+test: setup
+	scripts/test.sh
+
+setup:
+	scripts/setup.sh
+
+ui:
+	cd ui && npm run build
+
+app: ui
+	cargo build -p kivi-chat
+
+cli:
+	cargo build -p kivi-cli
+
+lint:
+	scripts/test.sh lint
+
+test-rust:
+	scripts/test.sh rust
+
+test-ui:
+	scripts/test.sh ui
+
+test-app:
+	scripts/test.sh app
+
+clean:
+	cargo clean
+	rm -rf ui/dist artifacts

@@ -1,0 +1,189 @@
+//! Flags shared by the subcommands: the model, the KV cache, sampling, output.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use kivi_engine::cache::{CacheConfig, KiviConfig};
+use kivi_engine::sampling::SamplingParams;
+use kivi_engine::session::{Document, EngineOptions, ModelSource};
+
+/// The offline model the project's set-up fetches, relative to the repository root.
+const DEFAULT_MODEL: &str = ".data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// KV cache kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KvKind {
+    /// Full precision.
+    Full,
+    /// KIVI quantization.
+    Kivi,
+}
+
+/// Which model to run and how.
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    /// A .gguf file, a Hugging Face model folder, or a hub repo id (owner/name).
+    /// Default: the offline SmolLM2 under .data/models of this repository.
+    #[arg(long, short, env = "KIVI_MODEL")]
+    pub model: Option<String>,
+    /// Context window in tokens (default: the model's).
+    #[arg(long)]
+    pub context: Option<usize>,
+    /// KV cache kind.
+    #[arg(long, value_enum, default_value_t = KvKind::Full)]
+    pub kv: KvKind,
+    /// KIVI key bits (2 or 4).
+    #[arg(long, default_value_t = 2)]
+    pub k_bits: u32,
+    /// KIVI value bits (2 or 4).
+    #[arg(long, default_value_t = 2)]
+    pub v_bits: u32,
+    /// KIVI group size.
+    #[arg(long, default_value_t = 32)]
+    pub group: usize,
+    /// KIVI full-precision residual window (a multiple of --group).
+    #[arg(long, default_value_t = 128)]
+    pub residual: usize,
+    /// Prompt tokens per prefill step.
+    #[arg(long, default_value_t = 256)]
+    pub prefill_chunk: usize,
+}
+
+impl ModelArgs {
+    /// The cache the flags describe.
+    pub fn cache(&self) -> Result<CacheConfig> {
+        Ok(match self.kv {
+            KvKind::Full => CacheConfig::Full,
+            KvKind::Kivi => CacheConfig::Kivi(
+                KiviConfig::new(self.k_bits, self.v_bits, self.group, self.residual)
+                    .context("invalid KIVI settings")?,
+            ),
+        })
+    }
+
+    /// Engine options from the flags.
+    pub fn engine_options(&self) -> Result<EngineOptions> {
+        let source = self.source()?;
+        let hub = matches!(source, ModelSource::Hub { .. });
+        let mut options = EngineOptions::new(source);
+        if hub {
+            options.download_progress = crate::download::progress_bar();
+        }
+        options.cache = self.cache()?;
+        options.context_length = self.context;
+        options.prefill_chunk = self.prefill_chunk;
+        Ok(options)
+    }
+
+    fn source(&self) -> Result<ModelSource> {
+        let Some(model) = &self.model else {
+            return default_model().map(ModelSource::Path);
+        };
+        let path = PathBuf::from(model);
+        if path.exists() {
+            return Ok(ModelSource::Path(path));
+        }
+        // `owner/name` that is not a local path: a hub repository.
+        let parts: Vec<&str> = model.split('/').collect();
+        if parts.len() == 2 && parts.iter().all(|p| !p.is_empty() && !p.starts_with('.')) {
+            return Ok(ModelSource::Hub {
+                repo_id: model.clone(),
+                revision: None,
+                file: None,
+            });
+        }
+        bail!(
+            "model {model:?} is neither an existing file or folder nor a hub repo id (owner/name)"
+        )
+    }
+}
+
+/// The offline SmolLM2, looked for above the working directory and the executable.
+fn default_model() -> Result<PathBuf> {
+    let mut starts: Vec<PathBuf> = Vec::new();
+    if let Ok(dir) = std::env::current_dir() {
+        starts.push(dir);
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        starts.push(dir);
+    }
+    for start in &starts {
+        for dir in start.ancestors() {
+            let candidate = dir.join(DEFAULT_MODEL);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    bail!(
+        "no --model given and the offline model {DEFAULT_MODEL} was not found above the current \
+         folder; run scripts/setup.sh data, or pass --model / set KIVI_MODEL"
+    )
+}
+
+/// Sampling flags.
+#[derive(Debug, Args)]
+pub struct SamplingArgs {
+    /// Softmax temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Nucleus sampling threshold (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// Keep only the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 0)]
+    pub top_k: usize,
+    /// Penalty for recently generated tokens (1 = off).
+    #[arg(long, default_value_t = 1.1)]
+    pub repetition_penalty: f32,
+    /// Random seed for reproducible sampling.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Most tokens to generate per answer.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+}
+
+impl SamplingArgs {
+    /// The engine's sampling parameters.
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            repetition_penalty: self.repetition_penalty,
+            seed: self.seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// Documents to put into the context.
+#[derive(Debug, Args)]
+pub struct DocumentArgs {
+    /// A text file to answer questions about (repeatable).
+    #[arg(long = "file", short = 'f')]
+    pub files: Vec<PathBuf>,
+}
+
+impl DocumentArgs {
+    /// Reads the files.
+    pub fn documents(&self) -> Result<Vec<Document>> {
+        self.files
+            .iter()
+            .map(|path| {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read document {}", path.display()))?;
+                let name = path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                Ok(Document { name, text })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,157 @@
+//! The `kivi` binary end to end on the offline SmolLM2.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn model() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../.data/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
+        path.display()
+    );
+    path
+}
+
+fn kivi(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kivi"))
+        .args(args)
+        .env_remove("KIVI_MODEL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kivi starts");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn generate_streams_text_and_json_lines() {
+    let model = model();
+    let model = model.to_str().unwrap();
+    let out = kivi(
+        &[
+            "generate",
+            "--model",
+            model,
+            "--max-tokens",
+            "12",
+            "--repetition-penalty",
+            "1",
+            "Once upon a time, there was a little",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with(" girl named Emma"), "{text:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("decode 12 tok"), "{stderr}");
+
+    let out = kivi(
+        &[
+            "generate",
+            "--json",
+            "--model",
+            model,
+            "--max-tokens",
+            "3",
+            "--kv",
+            "kivi",
+            "--residual",
+            "32",
+            "The sea",
+        ],
+        "",
+    );
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every line is JSON"))
+        .collect();
+    assert_eq!(events[0]["type"], "started");
+    assert_eq!(events.iter().filter(|e| e["type"] == "token").count(), 3);
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "done");
+    assert_eq!(done["reason"], "length");
+    assert_eq!(done["stats"]["cache"], "k2v2-g32-r32");
+    assert_eq!(done["stats"]["kv"]["layers"].as_array().unwrap().len(), 30);
+}
+
+#[test]
+fn chat_answers_each_turn_and_reuses_the_prefix() {
+    let model = model();
+    let out = kivi(
+        &[
+            "chat",
+            "--model",
+            model.to_str().unwrap(),
+            "--max-tokens",
+            "16",
+        ],
+        "What is the capital of France?\nAnd of Italy?\n/exit\n",
+    );
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains("reused")).collect();
+    assert_eq!(summaries.len(), 2, "{stderr}");
+    assert!(summaries[0].contains("(reused 0)"), "{stderr}");
+    assert!(
+        !summaries[1].contains("(reused 0)"),
+        "second turn reuses the first: {stderr}"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("Paris"), "{stdout}");
+}
+
+#[test]
+fn bad_settings_are_explained() {
+    let model = model();
+    let out = kivi(
+        &[
+            "generate",
+            "--model",
+            model.to_str().unwrap(),
+            "--kv",
+            "kivi",
+            "--residual",
+            "100",
+            "x",
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("multiple of the group size"), "{stderr}");
+
+    let out = kivi(&["generate", "--model", "/nonexistent/model.gguf", "x"], "");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("neither an existing file"), "{stderr}");
+}

@@ -1,0 +1,447 @@
+//! The KIVI cache: quantized history plus a full-precision residual window, per layer.
+//!
+//! Storage, all MLX arrays (`B` batch, `H` KV heads, `D` head_dim):
+//! - keys per channel: packed `[B, H, D, Tq * b / 32]` (`u32`), scales and zeros
+//!   `[B, H, D, Tq / G]` — keys are stored transposed so a group runs along tokens;
+//!   per token (ablation): `[B, H, Tq, D * b / 32]`, `[B, H, Tq, D / G']`;
+//! - values: packed `[B, H, Tq, D * b / 32]`, scales and zeros `[B, H, Tq, D / G']`, where
+//!   `G'` is the group size clamped to the head (`QuantSpec::for_axis`);
+//! - residual keys and values `[B, H, Tr, D]` in the compute dtype.
+//!
+//! Scales and zeros are stored in the compute dtype: float32 on the CPU (with float16 scales
+//! and inputs, MLX's CPU quantized matmul makes decode attention 60-90x slower, see
+//! the kernels README), float16 on Metal.
+//!
+//! The flush rule lives in [`kivi_kernels::quantized_after`]: after an append of `L` tokens
+//! the oldest whole groups leave the window while it holds `R + G` or more, so a cache
+//! built from empty has `Q(T) = max(0, floor((T - R) / G) * G)` quantized tokens. Each group
+//! is quantized from its own data alone, so one prefill, any chunking and token-by-token
+//! decode of the same stream give bit-identical arrays.
+//!
+//! Every buffer is exactly the size of its content (appends concatenate, cuts copy), so
+//! `held_bytes` is the sum of the arrays' `nbytes()` with no slack to account for. The
+//! arrays are lazy until the caller evaluates the attention output (or calls
+//! [`KiviCache::eval`]).
+
+use kivi_kernels::{
+    attention::{self, CacheView},
+    mlx_quant::{self, QuantizedArray},
+    quantized_after, KernelError, KeyAxis, QuantSpec,
+};
+use mlx_rs::{ops, transforms::eval, Array, Dtype};
+
+use super::{CacheError, CacheState, KiviConfig, KvCache, LayerKvStats};
+
+/// Shapes fixed by the first append: batch, KV heads, key and value head_dim, dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Dims {
+    batch: i32,
+    heads: i32,
+    key_dim: i32,
+    value_dim: i32,
+    dtype: Dtype,
+}
+
+/// Where the held bytes go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KiviBytes {
+    /// Packed key and value codes.
+    pub packed: u64,
+    /// Scales and zeros of keys and values.
+    pub params: u64,
+    /// Residual keys and values.
+    pub residual: u64,
+}
+
+impl KiviBytes {
+    /// Everything held.
+    pub fn total(&self) -> u64 {
+        self.packed + self.params + self.residual
+    }
+}
+
+/// One layer's KIVI cache.
+pub struct KiviCache {
+    config: KiviConfig,
+    dims: Option<Dims>,
+    keys: Option<QuantizedArray>,
+    values: Option<QuantizedArray>,
+    residual_keys: Option<Array>,
+    residual_values: Option<Array>,
+    tokens: usize,
+    quantized: usize,
+}
+
+impl std::fmt::Debug for KiviCache {
+    // Array's Debug prints (and evaluates) the data; show the bookkeeping only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KiviCache")
+            .field("config", &self.config.to_string())
+            .field("tokens", &self.tokens)
+            .field("quantized", &self.quantized)
+            .field("dims", &self.dims)
+            .finish()
+    }
+}
+
+impl KiviCache {
+    /// An empty cache.
+    pub fn new(config: KiviConfig) -> Self {
+        Self {
+            config,
+            dims: None,
+            keys: None,
+            values: None,
+            residual_keys: None,
+            residual_values: None,
+            tokens: 0,
+            quantized: 0,
+        }
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &KiviConfig {
+        &self.config
+    }
+
+    /// Positions stored quantized.
+    pub fn quantized_len(&self) -> usize {
+        self.quantized
+    }
+
+    /// Appends keys and values `[B, H, L, D]` and applies the flush rule, without attention.
+    pub fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
+        let dims = self.check_new(keys, values)?;
+        let len = keys.dim(2) as usize;
+        if len == 0 {
+            return Ok(());
+        }
+        let total = self.tokens + len;
+        let quantized = quantized_after(
+            self.quantized,
+            total,
+            self.config.residual_length(),
+            self.config.group_size(),
+        );
+        let flush = (quantized - self.quantized) as i32;
+        // Build the new state aside and commit it at the end, so that an error leaves the
+        // cache as it was.
+        let window_k = join(self.residual_keys.as_ref(), keys)?;
+        let window_v = join(self.residual_values.as_ref(), values)?;
+        let (keep_k, keep_v) = if flush > 0 {
+            let (old_k, keep_k) = split_tokens(&window_k, flush)?;
+            let (old_v, keep_v) = split_tokens(&window_v, flush)?;
+            let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
+            let new_v = mlx_quant::quantize(&old_v, self.value_spec(dims)?)?;
+            let all_k = extend(self.keys.as_ref(), new_k, key_axis)?;
+            let all_v = extend(self.values.as_ref(), new_v, -2)?;
+            self.keys = Some(all_k);
+            self.values = Some(all_v);
+            (keep_k, keep_v)
+        } else {
+            (Some(window_k), Some(window_v))
+        };
+        // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
+        let keep_k = keep_k.map(|a| a.contiguous()).transpose()?;
+        let keep_v = keep_v.map(|a| a.contiguous()).transpose()?;
+        self.residual_keys = keep_k;
+        self.residual_values = keep_v;
+        self.dims = Some(dims);
+        self.tokens = total;
+        self.quantized = quantized;
+        Ok(())
+    }
+
+    /// The cache as the attention kernel reads it.
+    pub fn view(&self) -> CacheView<'_> {
+        CacheView {
+            keys: self.keys.as_ref(),
+            key_axis: self.config.key_axis(),
+            values: self.values.as_ref(),
+            residual_keys: self.residual_keys.as_ref(),
+            residual_values: self.residual_values.as_ref(),
+        }
+    }
+
+    /// Everything held, rebuilt in full precision as keys and values `[B, H, T, D]` (for
+    /// tests and quality measurements; attention never does this).
+    pub fn dequantized(&self) -> Result<Option<(Array, Array)>, CacheError> {
+        let Some(dims) = self.dims else {
+            return Ok(None);
+        };
+        let mut keys = Vec::new();
+        let mut values = Vec::new();
+        if let (Some(k), Some(v)) = (&self.keys, &self.values) {
+            let k = k.dequantize()?;
+            keys.push(match self.config.key_axis() {
+                KeyAxis::PerChannel => k.swap_axes(-1, -2)?,
+                KeyAxis::PerToken => k,
+            });
+            values.push(v.dequantize()?);
+        }
+        keys.extend(self.residual_keys.clone());
+        values.extend(self.residual_values.clone());
+        let keys = ops::concatenate(&keys, 2)?.as_dtype(dims.dtype)?;
+        let values = ops::concatenate(&values, 2)?.as_dtype(dims.dtype)?;
+        Ok(Some((keys, values)))
+    }
+
+    /// The buffers held, by name: `keys.packed`, `keys.scales`, `keys.zeros`, the same for
+    /// `values`, `residual.keys`, `residual.values` (those that exist).
+    pub fn arrays(&self) -> Vec<(&'static str, &Array)> {
+        let mut named = Vec::new();
+        if let Some(k) = &self.keys {
+            named.extend([
+                ("keys.packed", &k.packed),
+                ("keys.scales", &k.scales),
+                ("keys.zeros", &k.zeros),
+            ]);
+        }
+        if let Some(v) = &self.values {
+            named.extend([
+                ("values.packed", &v.packed),
+                ("values.scales", &v.scales),
+                ("values.zeros", &v.zeros),
+            ]);
+        }
+        if let Some(k) = &self.residual_keys {
+            named.push(("residual.keys", k));
+        }
+        if let Some(v) = &self.residual_values {
+            named.push(("residual.values", v));
+        }
+        named
+    }
+
+    /// Held bytes by kind, from the arrays' `nbytes()`.
+    pub fn bytes(&self) -> KiviBytes {
+        let mut bytes = KiviBytes::default();
+        for (name, array) in self.arrays() {
+            let n = array.nbytes() as u64;
+            match name {
+                "keys.packed" | "values.packed" => bytes.packed += n,
+                "residual.keys" | "residual.values" => bytes.residual += n,
+                _ => bytes.params += n,
+            }
+        }
+        bytes
+    }
+
+    /// Evaluates every held array, so that no graph (and no input it references) stays
+    /// alive behind them.
+    pub fn eval(&self) -> Result<(), CacheError> {
+        Ok(eval(self.arrays().into_iter().map(|(_, a)| a))?)
+    }
+
+    fn quantize_keys(&self, keys: &Array, dims: Dims) -> Result<(QuantizedArray, i32), CacheError> {
+        Ok(match self.config.key_axis() {
+            KeyAxis::PerChannel => (
+                mlx_quant::quantize(&keys.swap_axes(-1, -2)?, self.config.key_spec())?,
+                -1,
+            ),
+            KeyAxis::PerToken => (mlx_quant::quantize(keys, self.key_token_spec(dims)?)?, -2),
+        })
+    }
+
+    fn key_token_spec(&self, dims: Dims) -> Result<QuantSpec, CacheError> {
+        Ok(self.config.key_spec().for_axis(dims.key_dim as usize)?)
+    }
+
+    fn value_spec(&self, dims: Dims) -> Result<QuantSpec, CacheError> {
+        Ok(self.config.value_spec().for_axis(dims.value_dim as usize)?)
+    }
+
+    /// Checks new keys and values against each other and against what is held.
+    fn check_new(&self, keys: &Array, values: &Array) -> Result<Dims, CacheError> {
+        let (&[b, h, l, dk], &[vb, vh, vl, dv]) = (keys.shape(), values.shape()) else {
+            return Err(CacheError::Shape(format!(
+                "keys and values must be [B, kv_heads, L, D], got {:?} and {:?}",
+                keys.shape(),
+                values.shape()
+            )));
+        };
+        if (b, h, l) != (vb, vh, vl) || keys.dtype() != values.dtype() {
+            return Err(CacheError::Shape(format!(
+                "keys {:?} {:?} and values {:?} {:?} do not match",
+                keys.shape(),
+                keys.dtype(),
+                values.shape(),
+                values.dtype()
+            )));
+        }
+        if !attention::is_float(keys.dtype()) {
+            return Err(CacheError::Shape(format!(
+                "keys must be floats, not {:?}",
+                keys.dtype()
+            )));
+        }
+        let dims = Dims {
+            batch: b,
+            heads: h,
+            key_dim: dk,
+            value_dim: dv,
+            dtype: keys.dtype(),
+        };
+        match self.dims {
+            Some(held) if held != dims => Err(CacheError::Shape(format!(
+                "new keys/values {dims:?} differ from those held {held:?}"
+            ))),
+            Some(_) => Ok(dims),
+            None => {
+                // Fail on the first append, not at the first flush, if the head cannot be
+                // grouped.
+                self.value_spec(dims)?;
+                if self.config.key_axis() == KeyAxis::PerToken {
+                    self.key_token_spec(dims)?;
+                }
+                Ok(dims)
+            }
+        }
+    }
+}
+
+/// The residual window followed by the new tokens, along the token axis.
+fn join(held: Option<&Array>, new: &Array) -> Result<Array, CacheError> {
+    Ok(match held {
+        Some(old) => ops::concatenate(&[old, new], 2)?,
+        None => new.clone(),
+    })
+}
+
+/// The first `n` tokens and the rest (`None` when empty).
+fn split_tokens(window: &Array, n: i32) -> Result<(Array, Option<Array>), CacheError> {
+    if n == window.dim(2) {
+        return Ok((window.clone(), None));
+    }
+    let mut parts = window.split_at_indices(&[n], Some(2))?.into_iter();
+    let head = parts.next().expect("two parts");
+    Ok((head, parts.next()))
+}
+
+fn extend(
+    held: Option<&QuantizedArray>,
+    new: QuantizedArray,
+    axis: i32,
+) -> Result<QuantizedArray, CacheError> {
+    Ok(match held {
+        Some(old) => QuantizedArray::concatenate(&[old, &new], axis)?,
+        None => new,
+    })
+}
+
+impl KvCache for KiviCache {
+    fn attend(
+        &mut self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        scale: f32,
+    ) -> Result<Array, CacheError> {
+        if queries.ndim() != 4 || keys.ndim() != 4 || queries.dim(2) != keys.dim(2) {
+            return Err(CacheError::Shape(format!(
+                "queries {:?} do not fit keys {:?}",
+                queries.shape(),
+                keys.shape()
+            )));
+        }
+        // Append first, then attend over quantized + residual: chunk tokens that this append
+        // flushed are read in quantized form, as every later step will read them.
+        self.append(keys, values)?;
+        Ok(attention::attend(queries, self.view(), scale)?)
+    }
+
+    fn len(&self) -> usize {
+        self.tokens
+    }
+
+    /// Keeps what is held of the first `len` positions without requantizing anything: if
+    /// `len` reaches into the residual window, exactly `len` are kept (the quantized part
+    /// stays as it is, so the window may then hold fewer than `R` tokens); if it reaches
+    /// into the quantized history, whole groups up to `len` are kept and the window is
+    /// emptied. Later appends follow the same flush rule.
+    fn truncate(&mut self, len: usize) -> Result<usize, CacheError> {
+        if len >= self.tokens {
+            return Ok(self.tokens);
+        }
+        if len >= self.quantized {
+            let keep = (len - self.quantized) as i32;
+            for held in [&mut self.residual_keys, &mut self.residual_values] {
+                *held = match held.take() {
+                    Some(a) if keep > 0 => Some(split_tokens(&a, keep)?.0.contiguous()?),
+                    _ => None,
+                };
+            }
+        } else {
+            let keep = len / self.config.group_size() * self.config.group_size();
+            let key_axis = match self.config.key_axis() {
+                KeyAxis::PerChannel => -1,
+                KeyAxis::PerToken => -2,
+            };
+            self.keys = match self.keys.take() {
+                Some(k) if keep > 0 => Some(k.take(key_axis, keep)?),
+                _ => None,
+            };
+            self.values = match self.values.take() {
+                Some(v) if keep > 0 => Some(v.take(-2, keep)?),
+                _ => None,
+            };
+            self.residual_keys = None;
+            self.residual_values = None;
+            self.quantized = keep;
+        }
+        self.tokens = self.quantized + self.residual_keys.as_ref().map_or(0, |k| k.dim(2) as usize);
+        if self.tokens == 0 {
+            self.dims = None;
+        }
+        Ok(self.tokens)
+    }
+
+    fn stats(&self) -> LayerKvStats {
+        let fp16_bytes = self.dims.map_or(0, |d| {
+            let per_token =
+                i64::from(d.batch) * i64::from(d.heads) * i64::from(d.key_dim + d.value_dim);
+            self.tokens as u64 * per_token as u64 * 2
+        });
+        LayerKvStats {
+            tokens: self.tokens,
+            quantized_tokens: self.quantized,
+            residual_tokens: self.tokens - self.quantized,
+            residual_capacity: self.config.residual_capacity(),
+            fp16_bytes,
+            held_bytes: self.bytes().total(),
+        }
+    }
+
+    fn state(&self) -> Result<CacheState, CacheError> {
+        self.eval()?;
+        Ok(CacheState {
+            tokens: self.tokens,
+            arrays: self
+                .arrays()
+                .into_iter()
+                .map(|(n, a)| (n.to_string(), a.clone()))
+                .collect(),
+        })
+    }
+
+    fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
+        *self = Self::from_state(self.config, state)?;
+        Ok(())
+    }
+}
+
+impl From<KernelError> for CacheError {
+    fn from(e: KernelError) -> Self {
+        match e {
+            KernelError::Mlx(e) => CacheError::Mlx(e),
+            other => CacheError::Shape(other.to_string()),
+        }
+    }
+}
+
+#[path = "kivi_state.rs"]
+mod state;
+
+#[cfg(test)]
+#[path = "kivi_tests.rs"]
+mod tests;

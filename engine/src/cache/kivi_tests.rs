@@ -1,0 +1,421 @@
+//! KiviCache: chunking invariance, the flush rule, attention against the reference,
+//! truncation, and exact accounting.
+
+use kivi_kernels::{
+    quantized_len,
+    reference::{self, CacheSpec},
+    reference_attention::{self, AttnShape},
+    testdata::{Layer, Profile, XorShift},
+    KeyAxis,
+};
+use mlx_rs::{ops::indexing::TryIndexOp, Array, Dtype};
+
+use super::*;
+use crate::cache::{FullCache, KiviConfig, KvCache};
+
+const HEADS: usize = 9;
+const KV_HEADS: usize = 3;
+const DIM: usize = 64;
+
+/// Keys and values `[1, KV_HEADS, T, DIM]` and queries `[1, HEADS, T, DIM]` of a seeded
+/// stream with outliers.
+struct Stream {
+    layer: Layer,
+    keys: Array,
+    values: Array,
+    queries: Array,
+}
+
+impl Stream {
+    fn new(seed: u64, tokens: usize) -> Self {
+        let layer = Layer::new(
+            seed,
+            Profile::Outliers,
+            (HEADS, KV_HEADS, DIM),
+            tokens,
+            tokens,
+        );
+        let kv = [1, KV_HEADS as i32, tokens as i32, DIM as i32];
+        Self {
+            keys: Array::from_slice(&layer.keys, &kv),
+            values: Array::from_slice(&layer.values, &kv),
+            queries: Array::from_slice(
+                &layer.queries,
+                &[1, HEADS as i32, tokens as i32, DIM as i32],
+            ),
+            layer,
+        }
+    }
+
+    fn slice(a: &Array, from: usize, to: usize) -> Array {
+        a.try_index((.., .., from as i32..to as i32, ..)).unwrap()
+    }
+
+    fn chunk(&self, from: usize, to: usize) -> (Array, Array, Array) {
+        (
+            Self::slice(&self.queries, from, to),
+            Self::slice(&self.keys, from, to),
+            Self::slice(&self.values, from, to),
+        )
+    }
+
+    /// The first `tokens` keys and values of one head, `[tokens, DIM]`.
+    fn head(&self, head: usize, tokens: usize) -> (&[f32], &[f32]) {
+        let n = tokens * DIM;
+        (
+            &self.layer.head_keys(head)[..n],
+            &self.layer.head_values(head)[..n],
+        )
+    }
+}
+
+fn config(kb: u32, vb: u32, g: usize, r: usize) -> KiviConfig {
+    KiviConfig::new(kb, vb, g, r).unwrap()
+}
+
+fn settings() -> Vec<KiviConfig> {
+    vec![
+        config(2, 2, 32, 32),
+        config(4, 2, 64, 128),
+        config(2, 4, 128, 0),
+        config(4, 4, 32, 128).with_key_axis(KeyAxis::PerToken),
+    ]
+}
+
+/// Every held array's name and exact bits.
+fn fingerprint(cache: &KiviCache) -> Vec<(String, Vec<u32>)> {
+    cache.eval().unwrap();
+    cache
+        .arrays()
+        .into_iter()
+        .map(|(name, a)| {
+            let a = a.contiguous().unwrap();
+            let bits = match a.dtype() {
+                Dtype::Uint32 => a.as_slice::<u32>().to_vec(),
+                Dtype::Float32 => a.as_slice::<f32>().iter().map(|v| v.to_bits()).collect(),
+                _ => a
+                    .view::<u16>()
+                    .unwrap()
+                    .as_slice::<u16>()
+                    .iter()
+                    .map(|&v| u32::from(v))
+                    .collect(),
+            };
+            (format!("{name} {:?}", a.shape()), bits)
+        })
+        .collect()
+}
+
+fn fill(cache: &mut KiviCache, stream: &Stream, chunks: &[usize]) {
+    let mut at = 0;
+    for &len in chunks {
+        let (_, k, v) = stream.chunk(at, at + len);
+        cache.append(&k, &v).unwrap();
+        cache.eval().unwrap();
+        at += len;
+    }
+}
+
+fn chunkings(tokens: usize, seed: u64) -> Vec<Vec<usize>> {
+    let mut rng = XorShift::new(seed);
+    let mut random = Vec::new();
+    let mut left = tokens;
+    while left > 0 {
+        let len = (1 + rng.next_u64() % 70) as usize;
+        random.push(len.min(left));
+        left -= len.min(left);
+    }
+    vec![
+        vec![tokens],
+        vec![1; tokens],
+        random,
+        vec![32, 31, 1, 33, tokens - 97],
+        vec![tokens - 1, 1],
+    ]
+}
+
+#[test]
+fn every_chunking_gives_a_bit_identical_cache() {
+    let tokens = 301;
+    let stream = Stream::new(1, tokens);
+    for config in settings() {
+        let mut whole = KiviCache::new(config);
+        fill(&mut whole, &stream, &[tokens]);
+        let expected = fingerprint(&whole);
+        assert_eq!(
+            whole.quantized_len(),
+            quantized_len(tokens, config.residual_length(), config.group_size())
+        );
+        for chunks in chunkings(tokens, 2) {
+            let mut cache = KiviCache::new(config);
+            fill(&mut cache, &stream, &chunks);
+            assert_eq!(cache.len(), tokens);
+            assert!(
+                fingerprint(&cache) == expected,
+                "{config}: chunks {chunks:?} differ"
+            );
+        }
+    }
+}
+
+#[test]
+fn tokens_age_out_in_whole_groups() {
+    let stream = Stream::new(2, 200);
+    for config in settings() {
+        let mut cache = KiviCache::new(config);
+        for t in 1..=200 {
+            let (_, k, v) = stream.chunk(t - 1, t);
+            cache.append(&k, &v).unwrap();
+            let stats = cache.stats();
+            let q = quantized_len(t, config.residual_length(), config.group_size());
+            assert_eq!(
+                (stats.tokens, stats.quantized_tokens, stats.residual_tokens),
+                (t, q, t - q)
+            );
+            assert!(stats.residual_tokens <= stats.residual_capacity);
+        }
+    }
+}
+
+/// Attention from the cache (appended first, then attended, chunk by chunk) equals exact
+/// attention over the reference cache's dequantized content at every step.
+#[test]
+fn attention_matches_the_reference_cache() {
+    let tokens = 190;
+    let stream = Stream::new(3, tokens);
+    let scale = 1.0 / (DIM as f32).sqrt();
+    for config in [
+        config(2, 2, 32, 32),
+        config(4, 2, 32, 64),
+        config(2, 4, 32, 0).with_key_axis(KeyAxis::PerToken),
+    ] {
+        let spec = CacheSpec {
+            keys: config.key_spec(),
+            values: config.value_spec(),
+            residual: config.residual_length(),
+            key_axis: config.key_axis(),
+        };
+        let mut cache = KiviCache::new(config);
+        let mut at = 0;
+        // Chunks that flush groups in their middle, then decode steps.
+        for len in [40, 1, 50, 1, 1, 70, 1, 26] {
+            let (q, k, v) = stream.chunk(at, at + len);
+            let got = cache.attend(&q, &k, &v, scale).unwrap();
+            at += len;
+            let (mut keys, mut values) = (vec![], vec![]);
+            for h in 0..KV_HEADS {
+                let (hk, hv) = stream.head(h, at);
+                let (dk, dv) = reference::dequantized_cache(hk, hv, DIM, &spec).unwrap();
+                keys.extend(dk);
+                values.extend(dv);
+            }
+            let queries = f32s(&q);
+            let shape = AttnShape {
+                heads: HEADS,
+                kv_heads: KV_HEADS,
+                queries: len,
+                tokens: at,
+                dim: DIM,
+            };
+            let want = reference_attention::attention(&queries, &keys, &values, shape, scale);
+            let err = reference_attention::compare(&f32s(&got), &want, DIM);
+            assert!(
+                err.relative < 3e-6 && err.max_abs < 2e-5,
+                "{config} at {at}: {err:?}"
+            );
+        }
+        assert_eq!(at, tokens);
+    }
+}
+
+#[test]
+fn before_the_first_flush_it_equals_the_full_cache() {
+    let stream = Stream::new(4, 60);
+    let mut kivi = KiviCache::new(config(2, 2, 32, 32));
+    let mut full = FullCache::new();
+    let mut at = 0;
+    for len in [20, 1, 1, 30, 1] {
+        let (q, k, v) = stream.chunk(at, at + len);
+        let a = f32s(&kivi.attend(&q, &k, &v, 0.125).unwrap());
+        let b = f32s(&full.attend(&q, &k, &v, 0.125).unwrap());
+        at += len;
+        assert_eq!(kivi.stats().quantized_tokens, 0, "R + G = 64 > {at}");
+        let err = reference_attention::compare(&a, &b, DIM);
+        assert!(err.max_abs < 1e-5, "{err:?}");
+    }
+}
+
+#[test]
+fn truncate_then_refeed_reproduces_the_cache() {
+    let tokens = 300;
+    let stream = Stream::new(5, tokens);
+    for config in settings() {
+        let mut original = KiviCache::new(config);
+        fill(&mut original, &stream, &[tokens]);
+        let expected = fingerprint(&original);
+        let q = original.quantized_len();
+        for len in [tokens, tokens - 3, q + 1, q, q - 1, 40, 5, 0] {
+            let mut cache = KiviCache::new(config);
+            fill(&mut cache, &stream, &[tokens]);
+            let kept = cache.truncate(len).unwrap();
+            let g = config.group_size();
+            let want = if len >= q { len } else { len / g * g };
+            assert_eq!(kept, want, "{config}: truncate({len})");
+            assert_eq!(cache.len(), kept);
+            assert_eq!(cache.stats().held_bytes, held_bytes(&cache));
+            fill(&mut cache, &stream.tail(kept), &[tokens - kept]);
+            assert!(
+                fingerprint(&cache) == expected,
+                "{config}: truncate({len}) and refeed differ"
+            );
+        }
+    }
+}
+
+impl Stream {
+    /// The same stream from token `from` on.
+    fn tail(&self, from: usize) -> Stream {
+        let t = self.layer.tokens;
+        Stream {
+            layer: self.layer.clone(),
+            keys: Self::slice(&self.keys, from, t),
+            values: Self::slice(&self.values, from, t),
+            queries: Self::slice(&self.queries, from, t),
+        }
+    }
+}
+
+fn held_bytes(cache: &KiviCache) -> u64 {
+    cache.arrays().iter().map(|(_, a)| a.nbytes() as u64).sum()
+}
+
+#[test]
+fn accounting_matches_the_arrays() {
+    let tokens = 250;
+    let stream = Stream::new(6, tokens);
+    for config in settings() {
+        let mut cache = KiviCache::new(config);
+        assert_eq!(
+            cache.stats(),
+            LayerKvStats {
+                residual_capacity: config.residual_capacity(),
+                ..Default::default()
+            }
+        );
+        fill(&mut cache, &stream, &[100, 1, 149]);
+        let stats = cache.stats();
+        let q = quantized_len(tokens, config.residual_length(), config.group_size());
+        // From the arrays themselves...
+        assert_eq!(stats.held_bytes, held_bytes(&cache));
+        assert_eq!(stats.held_bytes, cache.bytes().total());
+        // ...and, independently, from the layout (float32 on the CPU, no slack).
+        let heads = KV_HEADS as u64;
+        let (kb, vb) = (u64::from(config.key_bits()), u64::from(config.value_bits()));
+        let key_groups = match config.key_axis() {
+            KeyAxis::PerChannel => DIM as u64 * q as u64 / config.group_size() as u64,
+            KeyAxis::PerToken => q as u64 * DIM as u64 / config.group_size().min(DIM) as u64,
+        };
+        let value_groups = q as u64 * DIM as u64 / config.group_size().min(DIM) as u64;
+        let packed = heads * q as u64 * DIM as u64 * (kb + vb) / 8;
+        let params = heads * (key_groups + value_groups) * 2 * 4;
+        let residual = heads * (tokens - q) as u64 * DIM as u64 * 2 * 4;
+        assert_eq!(
+            cache.bytes(),
+            KiviBytes {
+                packed,
+                params,
+                residual
+            },
+            "{config}"
+        );
+        assert_eq!(stats.fp16_bytes, heads * tokens as u64 * DIM as u64 * 2 * 2);
+        assert_eq!(
+            (stats.tokens, stats.quantized_tokens, stats.residual_tokens),
+            (tokens, q, tokens - q)
+        );
+        let names: Vec<&str> = cache.arrays().iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.len(), if q > 0 { 8 } else { 2 });
+    }
+}
+
+#[test]
+fn shapes_are_checked() {
+    let mut cache = KiviCache::new(config(2, 2, 128, 128));
+    let kv = Array::zeros::<f32>(&[1, 3, 4, 64]).unwrap();
+    cache.append(&kv, &kv).unwrap();
+    let other_heads = Array::zeros::<f32>(&[1, 2, 4, 64]).unwrap();
+    assert!(matches!(
+        cache.append(&other_heads, &other_heads),
+        Err(CacheError::Shape(_))
+    ));
+    let three_d = Array::zeros::<f32>(&[3, 4, 64]).unwrap();
+    assert!(matches!(
+        cache.append(&three_d, &three_d),
+        Err(CacheError::Shape(_))
+    ));
+    // head_dim 80 cannot be grouped along channels.
+    let mut cache = KiviCache::new(config(2, 2, 32, 32));
+    let odd = Array::zeros::<f32>(&[1, 1, 4, 80]).unwrap();
+    let err = cache.append(&odd, &odd).unwrap_err();
+    assert!(err.to_string().contains("multiple of 32"), "{err}");
+    // head_dim 64 with G = 128: values are grouped by 64.
+    let mut cache = KiviCache::new(config(2, 2, 128, 0));
+    let stream = Stream::new(7, 128);
+    fill(&mut cache, &stream, &[128]);
+    let values = cache
+        .arrays()
+        .into_iter()
+        .find(|(n, _)| *n == "values.scales")
+        .unwrap()
+        .1;
+    assert_eq!(values.shape(), &[1, 3, 128, 1]);
+}
+
+/// The compression table of the README, measured from the real buffers at 4096 tokens with
+/// SmolLM2's shapes. Run with `--nocapture` to print it.
+#[test]
+fn compression_at_4096_tokens() {
+    let tokens = 4096;
+    let stream = Stream::new(8, tokens);
+    let f16 = (
+        stream.keys.as_dtype(Dtype::Float16).unwrap(),
+        stream.values.as_dtype(Dtype::Float16).unwrap(),
+    );
+    println!("| setting | fp16 bytes | held, fp16 scales + fp16 residual | ratio | held, CPU (f32 scales + f32 residual) | ratio |");
+    println!("|---|---|---|---|---|---|");
+    for r in [32, 128] {
+        for (kb, vb) in [(4, 4), (4, 2), (2, 4), (2, 2)] {
+            let config = config(kb, vb, 32, r);
+            let mut cpu = KiviCache::new(config);
+            cpu.append(&stream.keys, &stream.values).unwrap();
+            let mut half = KiviCache::new(config);
+            half.append(&f16.0, &f16.1).unwrap();
+            let (cpu, half) = (cpu.stats(), half.stats());
+            assert_eq!(cpu.fp16_bytes, half.fp16_bytes);
+            let ratio = |s: &LayerKvStats| s.fp16_bytes as f64 / s.held_bytes as f64;
+            println!(
+                "| K{kb}V{vb} G=32 R={r} | {} | {} | {:.2}x | {} | {:.2}x |",
+                half.fp16_bytes,
+                half.held_bytes,
+                ratio(&half),
+                cpu.held_bytes,
+                ratio(&cpu)
+            );
+            if (kb, vb, r) == (2, 2, 32) {
+                assert!(
+                    ratio(&half) >= 5.0,
+                    "K2V2 G=32 R=32 must be at least 5x smaller than fp16"
+                );
+            }
+        }
+    }
+}
+
+pub(super) fn f32s(a: &Array) -> Vec<f32> {
+    a.as_dtype(Dtype::Float32)
+        .unwrap()
+        .contiguous()
+        .unwrap()
+        .as_slice::<f32>()
+        .to_vec()
+}

@@ -1,0 +1,147 @@
+//! Loading a model from disk: a GGUF file, or a Hugging Face folder (safetensors, dense or
+//! MLX-quantized), into a ready [`Llama`] and its [`Tokenizer`].
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{compute_dtype, Device};
+use crate::error::LoadError;
+use crate::model::{Llama, ModelConfig};
+use crate::tokenizer::Tokenizer;
+use crate::weights::{gguf::Gguf, safetensors};
+
+/// The file format a model was read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WeightFormat {
+    /// A llama.cpp GGUF file.
+    Gguf,
+    /// A Hugging Face folder with safetensors.
+    Safetensors,
+}
+
+/// What was loaded, for display and statistics.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ModelInfo {
+    /// A human-readable name (file or folder name).
+    pub name: String,
+    /// Where the weights came from.
+    pub path: PathBuf,
+    /// File format.
+    pub format: WeightFormat,
+    /// How the weights are stored ("Q4_1", "mlx 4-bit g64", "float32", ...).
+    pub quantization: String,
+    /// Hyper-parameters.
+    pub config: ModelConfig,
+    /// Where the model runs.
+    pub device: Device,
+    /// Activation dtype.
+    pub compute_dtype: String,
+}
+
+/// A model ready to run, with its tokenizer.
+pub struct LoadedModel {
+    /// The network.
+    pub model: Llama,
+    /// Its tokenizer and chat template.
+    pub tokenizer: Tokenizer,
+    /// Description.
+    pub info: ModelInfo,
+}
+
+/// Loads a `.gguf` file, a folder with `config.json` + safetensors, or a folder holding
+/// exactly one `.gguf` file.
+pub fn load_local(path: &Path) -> Result<LoadedModel, LoadError> {
+    if path.is_file() {
+        return load_gguf(path);
+    }
+    if !path.is_dir() {
+        return Err(LoadError::Missing {
+            what: "model".into(),
+            path: path.to_path_buf(),
+            hint: "pass a .gguf file or a Hugging Face model folder".into(),
+        });
+    }
+    if path.join("config.json").is_file() {
+        return load_folder(path);
+    }
+    let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    match ggufs.as_slice() {
+        [one] => load_gguf(one),
+        [] => Err(LoadError::Missing {
+            what: "config.json or a .gguf file".into(),
+            path: path.to_path_buf(),
+            hint: "the folder holds no model".into(),
+        }),
+        _ => Err(LoadError::Config(format!(
+            "{} holds several .gguf files; pass one of them",
+            path.display()
+        ))),
+    }
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_stem().or_else(|| path.file_name()).map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+fn info(path: &Path, format: WeightFormat, quantization: String, config: ModelConfig) -> ModelInfo {
+    ModelInfo {
+        name: name_of(path),
+        path: path.to_path_buf(),
+        format,
+        quantization,
+        config,
+        device: Device::current(),
+        compute_dtype: format!("{:?}", compute_dtype()).to_lowercase(),
+    }
+}
+
+fn load_gguf(path: &Path) -> Result<LoadedModel, LoadError> {
+    let gguf = Gguf::open(path)?;
+    let mut config = gguf.config()?;
+    let tokenizer = Tokenizer::from_gguf(&gguf)?;
+    let mut weights = gguf.weights(&mut config)?;
+    let model = Llama::load(config.clone(), &mut weights)?;
+    let quantization = gguf.quantization_name()?;
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        info: info(path, WeightFormat::Gguf, quantization, config),
+    })
+}
+
+fn load_folder(dir: &Path) -> Result<LoadedModel, LoadError> {
+    let json = safetensors::read_json(&dir.join("config.json"))?;
+    let config = ModelConfig::from_hf_json(&json)?;
+    let tokenizer = Tokenizer::from_folder(dir)?;
+    let mut weights = safetensors::load_weights(dir, &json)?;
+    let model = Llama::load(config.clone(), &mut weights)?;
+    let quantization = match json.get("quantization") {
+        Some(q) => format!(
+            "mlx {}-bit g{}",
+            q.get("bits").and_then(|v| v.as_u64()).unwrap_or(0),
+            q.get("group_size").and_then(|v| v.as_u64()).unwrap_or(0)
+        ),
+        None => json
+            .get("torch_dtype")
+            .and_then(|v| v.as_str())
+            .unwrap_or("dense")
+            .to_string(),
+    };
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        info: info(dir, WeightFormat::Safetensors, quantization, config),
+    })
+}

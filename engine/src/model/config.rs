@@ -1,0 +1,253 @@
+//! A model's hyper-parameters, read from Hugging Face `config.json` or GGUF metadata.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::LoadError;
+
+/// The model families the engine runs. All are Llama-architecture decoders; what sets
+/// them apart is a handful of configuration flags (see [`ModelConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Llama 2/3.x, SmolLM2 and other `LlamaForCausalLM` models.
+    Llama,
+    /// Mistral 7B and relatives: Llama with a sliding-window hint (ignored: the engine's
+    /// contexts stay within the window the published checkpoints were trained with).
+    Mistral,
+    /// Qwen2/2.5: Llama with biases on the query, key and value projections.
+    Qwen2,
+}
+
+impl Family {
+    /// The family for a `model_type` (config.json) or `general.architecture` (GGUF).
+    pub fn from_name(name: &str) -> Result<Self, LoadError> {
+        match name {
+            "llama" => Ok(Family::Llama),
+            "mistral" => Ok(Family::Mistral),
+            "qwen2" => Ok(Family::Qwen2),
+            other => Err(LoadError::UnsupportedArchitecture(other.to_string())),
+        }
+    }
+
+    /// Whether the family puts biases on the q/k/v projections.
+    pub fn qkv_bias(self) -> bool {
+        matches!(self, Family::Qwen2)
+    }
+}
+
+/// How rotary position embeddings turn positions into angles.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum RopeScaling {
+    /// Plain RoPE.
+    None,
+    /// Positions divided by `factor`.
+    Linear {
+        /// The divisor.
+        factor: f32,
+    },
+    /// Llama 3.1's frequency-dependent scaling.
+    Llama3 {
+        /// Scale of the low frequencies.
+        factor: f32,
+        /// Wavelengths above `original / low_freq_factor` are fully scaled.
+        low_freq_factor: f32,
+        /// Wavelengths below `original / high_freq_factor` are not scaled.
+        high_freq_factor: f32,
+        /// The context the model was pre-trained with.
+        original_max_position_embeddings: f32,
+    },
+    /// Per-frequency divisors as llama.cpp stores them (`rope_freqs.weight` in GGUF).
+    Factors(Vec<f32>),
+}
+
+/// Rotary position embedding settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeConfig {
+    /// Base of the geometric frequency progression.
+    pub theta: f32,
+    /// Scaling of positions or frequencies.
+    pub scaling: RopeScaling,
+    /// True when rotated pairs are adjacent channels (llama.cpp's layout of Llama Q/K rows
+    /// in GGUF), false for the Hugging Face layout (first half with second half).
+    pub traditional: bool,
+}
+
+/// A decoder's hyper-parameters, whatever file they came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// Model family.
+    pub family: Family,
+    /// Width of the residual stream.
+    pub hidden_size: usize,
+    /// Number of transformer blocks.
+    pub num_layers: usize,
+    /// Query heads.
+    pub num_heads: usize,
+    /// Key/value heads (fewer than `num_heads` for grouped-query attention).
+    pub num_kv_heads: usize,
+    /// Channels per head.
+    pub head_dim: usize,
+    /// Width of the SwiGLU feed-forward layer.
+    pub intermediate_size: usize,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Epsilon of the RMS norms.
+    pub rms_norm_eps: f32,
+    /// Rotary embeddings.
+    pub rope: RopeConfig,
+    /// Whether q/k/v projections have biases.
+    pub qkv_bias: bool,
+    /// Longest context the model was trained for.
+    pub context_length: usize,
+}
+
+impl ModelConfig {
+    /// Parses a Hugging Face `config.json` (as published for Llama, Mistral and Qwen2).
+    pub fn from_hf_json(json: &Value) -> Result<Self, LoadError> {
+        let family = Family::from_name(
+            json.get("model_type")
+                .and_then(Value::as_str)
+                .ok_or_else(|| LoadError::Config("config.json has no model_type".into()))?,
+        )?;
+        let int = |key: &str| -> Result<usize, LoadError> {
+            json.get(key)
+                .and_then(Value::as_u64)
+                .map(|v| v as usize)
+                .ok_or_else(|| LoadError::Config(format!("config.json lacks integer {key:?}")))
+        };
+        let hidden_size = int("hidden_size")?;
+        let num_heads = int("num_attention_heads")?;
+        let num_kv_heads = int("num_key_value_heads").unwrap_or(num_heads);
+        let head_dim = match json.get("head_dim").and_then(Value::as_u64) {
+            Some(d) => d as usize,
+            None => hidden_size / num_heads.max(1),
+        };
+        let float = |key: &str, default: f32| {
+            json.get(key)
+                .and_then(Value::as_f64)
+                .map_or(default, |v| v as f32)
+        };
+        let scaling = match json.get("rope_scaling") {
+            None | Some(Value::Null) => RopeScaling::None,
+            Some(s) => rope_scaling_from_json(s)?,
+        };
+        let config = ModelConfig {
+            family,
+            hidden_size,
+            num_layers: int("num_hidden_layers")?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            intermediate_size: int("intermediate_size")?,
+            vocab_size: int("vocab_size")?,
+            rms_norm_eps: float("rms_norm_eps", 1e-6),
+            rope: RopeConfig {
+                theta: float("rope_theta", 10_000.0),
+                scaling,
+                traditional: json
+                    .get("rope_traditional")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            },
+            qkv_bias: family.qkv_bias()
+                || json
+                    .get("attention_bias")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
+            context_length: int("max_position_embeddings").unwrap_or(4096),
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the invariants the model code relies on.
+    pub fn validate(&self) -> Result<(), LoadError> {
+        let bad = |msg: String| Err(LoadError::Config(msg));
+        if self.num_layers == 0 || self.hidden_size == 0 || self.head_dim == 0 {
+            return bad(format!("empty model: {self:?}"));
+        }
+        if self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return bad(format!(
+                "{} query heads cannot share {} key/value heads",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(format!(
+                "head_dim {} is odd; RoPE needs pairs",
+                self.head_dim
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn rope_scaling_from_json(s: &Value) -> Result<RopeScaling, LoadError> {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |key: &str, default: f32| {
+        s.get(key)
+            .and_then(Value::as_f64)
+            .map_or(default, |v| v as f32)
+    };
+    match kind {
+        "default" => Ok(RopeScaling::None),
+        "linear" => Ok(RopeScaling::Linear {
+            factor: num("factor", 1.0),
+        }),
+        "llama3" => Ok(RopeScaling::Llama3 {
+            factor: num("factor", 1.0),
+            low_freq_factor: num("low_freq_factor", 1.0),
+            high_freq_factor: num("high_freq_factor", 4.0),
+            original_max_position_embeddings: num("original_max_position_embeddings", 8192.0),
+        }),
+        other => Err(LoadError::Config(format!(
+            "rope_scaling type {other:?} is not supported (supported: default, linear, llama3)"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama3_config_with_rope_scaling() {
+        let json: Value = serde_json::from_str(
+            r#"{"model_type":"llama","hidden_size":2048,"num_hidden_layers":16,
+            "num_attention_heads":32,"num_key_value_heads":8,"intermediate_size":8192,
+            "vocab_size":128256,"rms_norm_eps":1e-5,"rope_theta":500000.0,
+            "max_position_embeddings":131072,"rope_scaling":{"factor":32.0,
+            "high_freq_factor":4.0,"low_freq_factor":1.0,
+            "original_max_position_embeddings":8192,"rope_type":"llama3"}}"#,
+        )
+        .unwrap();
+        let c = ModelConfig::from_hf_json(&json).unwrap();
+        assert_eq!(c.family, Family::Llama);
+        assert_eq!(c.head_dim, 64);
+        assert!(!c.qkv_bias);
+        assert_eq!(c.rope.theta, 500000.0);
+        assert!(matches!(c.rope.scaling, RopeScaling::Llama3 { factor, .. } if factor == 32.0));
+    }
+
+    #[test]
+    fn qwen2_has_qkv_bias_and_unknown_types_are_rejected() {
+        let mut json: Value = serde_json::from_str(
+            r#"{"model_type":"qwen2","hidden_size":64,"num_hidden_layers":2,
+            "num_attention_heads":4,"num_key_value_heads":2,"intermediate_size":128,
+            "vocab_size":300}"#,
+        )
+        .unwrap();
+        assert!(ModelConfig::from_hf_json(&json).unwrap().qkv_bias);
+        json["model_type"] = "gemma".into();
+        let err = ModelConfig::from_hf_json(&json).unwrap_err();
+        assert!(matches!(err, LoadError::UnsupportedArchitecture(ref a) if a == "gemma"));
+        json["model_type"] = "llama".into();
+        json["num_key_value_heads"] = 3.into();
+        assert!(ModelConfig::from_hf_json(&json).is_err());
+    }
+}

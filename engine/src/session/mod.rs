@@ -1,0 +1,336 @@
+//! Generation sessions: the async API the app, the CLI and the server drive.
+//!
+//! [`Engine::load`] starts a dedicated model thread (MLX arrays are not shared across
+//! threads) that owns the model, its tokenizer and the KV caches of recent conversations.
+//! [`Engine::generate`] queues a [`Request`] and returns a [`Generation`]: a stream of
+//! [`Event`]s (prefill progress, tokens, statistics, done) and a cancel switch checked
+//! before every prefill chunk and every decoded token.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kivi_engine::session::EngineError> {
+//! use kivi_engine::session::{Engine, EngineOptions, Event, ModelSource, Request};
+//! use kivi_engine::tokenizer::{Message, Role};
+//!
+//! let engine = Engine::load(EngineOptions::new(ModelSource::Path("model.gguf".into()))).await?;
+//! let mut generation = engine.generate(Request::chat(vec![Message::new(Role::User, "Hi!")]));
+//! while let Some(event) = generation.next().await {
+//!     if let Event::Token { text, .. } = event {
+//!         print!("{text}");
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+
+pub mod prefix;
+pub mod prompt;
+pub mod request;
+mod worker;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+
+pub use crate::cache::CacheConfig;
+pub use request::{Document, Event, FinishReason, ModelSource, Prompt, Request};
+pub use worker::DEFAULT_STATS_INTERVAL;
+
+use crate::error::{LoadError, ModelError};
+use crate::hub::{
+    DownloadOptions, FileSelection, HubClient, ProgressSink, Revision, SnapshotRequest,
+};
+use crate::loader::{load_local, ModelInfo};
+use crate::tokenizer::{TemplateError, TokenizerError};
+use worker::{Command, Worker};
+
+/// Why the engine could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The model could not be loaded.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// Running the model failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// Encoding or decoding failed.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// The chat template failed on this conversation.
+    #[error(transparent)]
+    Template(#[from] TemplateError),
+    /// The prompt does not fit the context window.
+    #[error(
+        "the prompt is {prompt_tokens} tokens but the context holds {context_length}: \
+         shorten the conversation or the documents, or raise the context length"
+    )]
+    ContextOverflow {
+        /// Prompt length.
+        prompt_tokens: usize,
+        /// Context window.
+        context_length: usize,
+    },
+    /// The requested context is longer than the model was trained for.
+    #[error("context length {requested} exceeds the model's {max}")]
+    ContextTooLong {
+        /// Asked for.
+        requested: usize,
+        /// The model's limit.
+        max: usize,
+    },
+    /// The prompt rendered to no tokens.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    /// The model could not be fetched from the hub.
+    #[error("hub: {0}")]
+    Hub(String),
+    /// The model thread is gone (it panicked or the engine was shut down).
+    #[error("the model thread has stopped")]
+    WorkerGone,
+    /// The model thread could not be started.
+    #[error("cannot start the model thread: {0}")]
+    Spawn(std::io::Error),
+}
+
+impl From<mlx_rs::error::Exception> for EngineError {
+    fn from(e: mlx_rs::error::Exception) -> Self {
+        EngineError::Model(ModelError::Mlx(e))
+    }
+}
+
+impl From<crate::cache::CacheError> for EngineError {
+    fn from(e: crate::cache::CacheError) -> Self {
+        EngineError::Model(ModelError::Cache(e))
+    }
+}
+
+/// How to load and run a model.
+#[derive(Clone)]
+pub struct EngineOptions {
+    /// The model.
+    pub source: ModelSource,
+    /// Default KV cache of requests that do not choose one.
+    pub cache: CacheConfig,
+    /// Context window; `None` uses the model's training context.
+    pub context_length: Option<usize>,
+    /// Prompt tokens per prefill step (cancellation and progress are per chunk).
+    pub prefill_chunk: usize,
+    /// Conversations whose caches are kept for prefix reuse.
+    pub max_cached_conversations: usize,
+    /// Rate of statistics events while the prompt runs.
+    pub stats_interval: Duration,
+    /// Receives download progress when the source is a hub repository.
+    pub download_progress: ProgressSink,
+    /// Hugging Face token for gated or private hub repositories (default: `HF_TOKEN`).
+    pub hub_token: Option<String>,
+}
+
+impl EngineOptions {
+    /// Defaults: full cache, the model's context, 256-token prefill chunks, two cached
+    /// conversations, statistics every 250 ms.
+    pub fn new(source: ModelSource) -> Self {
+        Self {
+            source,
+            cache: CacheConfig::Full,
+            context_length: None,
+            prefill_chunk: 256,
+            max_cached_conversations: 2,
+            stats_interval: DEFAULT_STATS_INTERVAL,
+            download_progress: ProgressSink::default(),
+            hub_token: std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()),
+        }
+    }
+}
+
+/// A loaded model behind its thread. Cheap to share behind an `Arc`; requests run one at
+/// a time in the order they were made.
+///
+/// Dropping the engine stops the model thread (a running generation ends as cancelled)
+/// and waits for it to free the model.
+pub struct Engine {
+    /// `None` only while dropping, to close the channel before joining.
+    commands: Option<mpsc::UnboundedSender<Command>>,
+    shutdown: Arc<AtomicBool>,
+    worker: Option<std::thread::JoinHandle<()>>,
+    info: ModelInfo,
+    context_length: usize,
+}
+
+impl Engine {
+    /// Loads the model on a new thread and waits until it is ready.
+    pub async fn load(options: EngineOptions) -> Result<Engine, EngineError> {
+        let path = match &options.source {
+            ModelSource::Path(path) => path.clone(),
+            ModelSource::Hub {
+                repo_id,
+                revision,
+                file,
+            } => resolve_hub(repo_id, revision.as_deref(), file.as_deref(), &options).await?,
+        };
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let shutdown = Arc::new(AtomicBool::new(false));
+        let worker_shutdown = shutdown.clone();
+        let worker = std::thread::Builder::new()
+            .name("kivi-model".into())
+            .spawn(move || {
+                let loaded = match load_local(&path) {
+                    Ok(loaded) => loaded,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(EngineError::Load(e)));
+                        return;
+                    }
+                };
+                let max = loaded.info.config.context_length;
+                let context_length = options.context_length.unwrap_or(max);
+                if context_length > max {
+                    let _ = ready_tx.send(Err(EngineError::ContextTooLong {
+                        requested: context_length,
+                        max,
+                    }));
+                    return;
+                }
+                let _ = ready_tx.send(Ok((loaded.info.clone(), context_length)));
+                Worker::new(loaded, options, context_length, worker_shutdown).run(command_rx);
+            })
+            .map_err(EngineError::Spawn)?;
+        let (info, context_length) = ready_rx.await.map_err(|_| EngineError::WorkerGone)??;
+        Ok(Engine {
+            commands: Some(commands),
+            shutdown,
+            worker: Some(worker),
+            info,
+            context_length,
+        })
+    }
+
+    fn send(&self, command: Command) -> Result<(), EngineError> {
+        self.commands
+            .as_ref()
+            .ok_or(EngineError::WorkerGone)?
+            .send(command)
+            .map_err(|_| EngineError::WorkerGone)
+    }
+
+    /// What was loaded.
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    /// The context window in tokens.
+    pub fn context_length(&self) -> usize {
+        self.context_length
+    }
+
+    /// Starts a generation; its events arrive on the returned handle.
+    pub fn generate(&self, request: Request) -> Generation {
+        let (events_tx, events) = mpsc::unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let sent = self.send(Command::Generate {
+            request: Box::new(request),
+            events: events_tx.clone(),
+            cancel: cancel.clone(),
+        });
+        if sent.is_err() {
+            let _ = events_tx.send(Event::Error {
+                message: EngineError::WorkerGone.to_string(),
+            });
+        }
+        Generation { events, cancel }
+    }
+
+    /// Number of tokens `text` encodes to (no special tokens added).
+    pub async fn count_tokens(&self, text: impl Into<String>) -> Result<usize, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::CountTokens {
+            text: text.into(),
+            reply,
+        })?;
+        answer.await.map_err(|_| EngineError::WorkerGone)?
+    }
+
+    /// Drops every cached conversation (frees the KV memory).
+    pub fn clear_cache(&self) -> Result<(), EngineError> {
+        self.send(Command::ClearCache)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Joining matters at process exit: MLX must not be freeing the model's arrays on
+        // the model thread while the main thread runs MLX's static destructors.
+        self.shutdown.store(true, Ordering::Relaxed);
+        self.commands.take();
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// A running generation: its events and its cancel switch.
+pub struct Generation {
+    events: mpsc::UnboundedReceiver<Event>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Stops a generation from anywhere (another task, a signal handler, a UI button).
+#[derive(Clone)]
+pub struct CancelHandle(Arc<AtomicBool>);
+
+impl CancelHandle {
+    /// Asks the generation to stop before its next prefill chunk or token.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Generation {
+    /// The next event; `None` after `Done` or `Error`.
+    pub async fn next(&mut self) -> Option<Event> {
+        self.events.recv().await
+    }
+
+    /// The next event, for callers outside an async runtime.
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        self.events.blocking_recv()
+    }
+
+    /// Stops the generation; a `Done` event with [`FinishReason::Cancelled`] follows.
+    pub fn cancel(&self) {
+        self.cancel_handle().cancel();
+    }
+
+    /// A handle that cancels this generation.
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle(self.cancel.clone())
+    }
+}
+
+/// Downloads a hub repository (the files a safetensors checkpoint needs, or one GGUF
+/// file) into the Hugging Face cache and returns the local path to load.
+async fn resolve_hub(
+    repo_id: &str,
+    revision: Option<&str>,
+    file: Option<&str>,
+    options: &EngineOptions,
+) -> Result<std::path::PathBuf, EngineError> {
+    let hub = |e: crate::hub::HubError| EngineError::Hub(e.to_string());
+    let client = HubClient::from_env(options.hub_token.clone()).map_err(hub)?;
+    let selection = match file {
+        Some(f) => FileSelection::Gguf(f.to_string()),
+        None => FileSelection::Runnable,
+    };
+    let mut request = SnapshotRequest::parse(repo_id, selection).map_err(hub)?;
+    if let Some(rev) = revision {
+        request = request.at_revision(Revision::parse(rev).map_err(hub)?);
+    }
+    let download = DownloadOptions::default().with_progress(options.download_progress.clone());
+    let snapshot = client
+        .download_snapshot(&request, &download)
+        .await
+        .map_err(hub)?;
+    Ok(match file {
+        Some(f) => snapshot.dir.join(f),
+        None => snapshot.dir,
+    })
+}

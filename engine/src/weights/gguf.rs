@@ -1,0 +1,268 @@
+//! GGUF files (llama.cpp's format): hyper-parameters from the metadata, tensors through
+//! MLX's GGUF reader, renamed to Hugging Face names.
+//!
+//! MLX returns Q4_0, Q4_1 and Q8_0 tensors as MLX-quantized triplets (groups of 32, the
+//! GGUF block); other quantized types come back dequantized to float16.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use mlx_rs::io::GgufFile;
+use mlx_rs::Dtype;
+
+use super::{QuantScheme, Weights};
+use crate::error::LoadError;
+use crate::model::config::{Family, ModelConfig, RopeConfig, RopeScaling};
+
+/// GGUF's quantization block length.
+const GGUF_GROUP_SIZE: i32 = 32;
+
+/// An open GGUF file: metadata lookups and its tensors.
+pub struct Gguf {
+    file: GgufFile,
+    path: PathBuf,
+}
+
+impl Gguf {
+    /// Reads a `.gguf` file.
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        if !path.is_file() {
+            return Err(LoadError::Missing {
+                what: "GGUF model file".into(),
+                path: path.to_path_buf(),
+                hint: "pass --model with an existing .gguf file or model folder".into(),
+            });
+        }
+        let file = GgufFile::load(path).map_err(|source| LoadError::Gguf {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    fn gguf_err(&self, source: mlx_rs::io::GgufError) -> LoadError {
+        LoadError::Gguf {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// A string metadata value.
+    pub fn string(&self, key: &str) -> Result<Option<String>, LoadError> {
+        self.file
+            .get_metadata_string(key)
+            .map_err(|e| self.gguf_err(e))
+    }
+
+    /// A list-of-strings metadata value.
+    pub fn strings(&self, key: &str) -> Result<Option<Vec<String>>, LoadError> {
+        self.file
+            .get_metadata_strings(key)
+            .map_err(|e| self.gguf_err(e))
+    }
+
+    /// A numeric (or boolean) metadata array, as `f64`s.
+    pub fn numbers(&self, key: &str) -> Result<Option<Vec<f64>>, LoadError> {
+        let Some(array) = self
+            .file
+            .get_metadata_array(key)
+            .map_err(|e| self.gguf_err(e))?
+        else {
+            return Ok(None);
+        };
+        let array = array.as_dtype(Dtype::Float64)?;
+        array.eval()?;
+        Ok(Some(array.as_slice::<f64>().to_vec()))
+    }
+
+    /// A scalar numeric metadata value.
+    pub fn number(&self, key: &str) -> Result<Option<f64>, LoadError> {
+        Ok(self.numbers(key)?.and_then(|v| v.first().copied()))
+    }
+
+    fn required(&self, key: &str) -> Result<f64, LoadError> {
+        self.number(key)?.ok_or_else(|| {
+            LoadError::Config(format!(
+                "GGUF metadata lacks {key:?} ({})",
+                self.path.display()
+            ))
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> Result<ModelConfig, LoadError> {
+        let arch = self
+            .string("general.architecture")?
+            .ok_or_else(|| LoadError::Config("GGUF metadata lacks general.architecture".into()))?;
+        let family = Family::from_name(&arch)?;
+        let key = |name: &str| format!("{arch}.{name}");
+        let hidden_size = self.required(&key("embedding_length"))? as usize;
+        let num_heads = self.required(&key("attention.head_count"))? as usize;
+        let num_kv_heads = self
+            .number(&key("attention.head_count_kv"))?
+            .map_or(num_heads, |v| v as usize);
+        let head_dim = self
+            .number(&key("attention.key_length"))?
+            .map_or(hidden_size / num_heads.max(1), |v| v as usize);
+        let vocab_size = match self.number(&key("vocab_size"))? {
+            Some(v) => v as usize,
+            None => self
+                .strings("tokenizer.ggml.tokens")?
+                .map(|t| t.len())
+                .ok_or_else(|| LoadError::Config("GGUF metadata has no vocabulary size".into()))?,
+        };
+        let scaling = match self.string(&key("rope.scaling.type"))?.as_deref() {
+            None | Some("none") => RopeScaling::None,
+            Some("linear") => RopeScaling::Linear {
+                factor: self.number(&key("rope.scaling.factor"))?.unwrap_or(1.0) as f32,
+            },
+            Some(other) => {
+                return Err(LoadError::Config(format!(
+                    "GGUF rope scaling {other:?} is not supported (supported: none, linear, llama3 rope_freqs)"
+                )))
+            }
+        };
+        let config = ModelConfig {
+            family,
+            hidden_size,
+            num_layers: self.required(&key("block_count"))? as usize,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            intermediate_size: self.required(&key("feed_forward_length"))? as usize,
+            vocab_size,
+            rms_norm_eps: self
+                .number(&key("attention.layer_norm_rms_epsilon"))?
+                .unwrap_or(1e-6) as f32,
+            rope: RopeConfig {
+                theta: self.number(&key("rope.freq_base"))?.unwrap_or(10_000.0) as f32,
+                scaling,
+                // llama.cpp's converter permutes the Q/K rows of the `llama` architecture so
+                // that rotated pairs are adjacent channels; other architectures keep the
+                // Hugging Face layout.
+                traditional: arch == "llama",
+            },
+            qkv_bias: family.qkv_bias(),
+            context_length: self.number(&key("context_length"))?.unwrap_or(4096.0) as usize,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// A short description of the weights' quantization, from `general.file_type`.
+    pub fn quantization_name(&self) -> Result<String, LoadError> {
+        let name = match self.number("general.file_type")?.map(|v| v as u32) {
+            Some(0) => "F32",
+            Some(1) => "F16",
+            Some(2) => "Q4_0",
+            Some(3) => "Q4_1",
+            Some(7) => "Q8_0",
+            Some(32) => "BF16",
+            Some(other) => return Ok(format!("GGUF file type {other}")),
+            None => "unknown",
+        };
+        Ok(name.to_string())
+    }
+
+    /// All tensors, renamed to Hugging Face names. Llama 3's `rope_freqs` moves into the
+    /// configuration's RoPE scaling.
+    pub fn weights(&self, config: &mut ModelConfig) -> Result<Weights, LoadError> {
+        let arrays = self.file.arrays().map_err(|e| self.gguf_err(e))?;
+        let mut tensors = HashMap::with_capacity(arrays.len());
+        for (name, array) in arrays {
+            if name == "rope_freqs.weight" {
+                let factors = array.as_dtype(Dtype::Float32)?;
+                factors.eval()?;
+                config.rope.scaling = RopeScaling::Factors(factors.as_slice::<f32>().to_vec());
+                continue;
+            }
+            let Some(hf) = hf_name(&name) else {
+                return Err(LoadError::Weights(format!(
+                    "unexpected GGUF tensor {name:?}: not part of a Llama-family model"
+                )));
+            };
+            tensors.insert(hf, array);
+        }
+        if tensors.contains_key("model.layers.0.self_attn.q_proj.bias") {
+            config.qkv_bias = true;
+        }
+        Ok(Weights::new(
+            tensors,
+            QuantScheme::Uniform {
+                group_size: GGUF_GROUP_SIZE,
+                bits: None,
+                overrides: HashMap::new(),
+            },
+        ))
+    }
+
+    /// The path the file was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Maps llama.cpp's tensor names to Hugging Face's (`blk.3.attn_q.scales` to
+/// `model.layers.3.self_attn.q_proj.scales`).
+fn hf_name(gguf: &str) -> Option<String> {
+    let (base, suffix) = gguf.rsplit_once('.')?;
+    let module = match base {
+        "token_embd" => "model.embed_tokens".to_string(),
+        "output_norm" => "model.norm".to_string(),
+        "output" => "lm_head".to_string(),
+        _ => {
+            let rest = base.strip_prefix("blk.")?;
+            let (layer, part) = rest.split_once('.')?;
+            let layer: usize = layer.parse().ok()?;
+            let part = match part {
+                "attn_norm" => "input_layernorm",
+                "ffn_norm" => "post_attention_layernorm",
+                "attn_q" => "self_attn.q_proj",
+                "attn_k" => "self_attn.k_proj",
+                "attn_v" => "self_attn.v_proj",
+                "attn_output" => "self_attn.o_proj",
+                "ffn_gate" => "mlp.gate_proj",
+                "ffn_up" => "mlp.up_proj",
+                "ffn_down" => "mlp.down_proj",
+                _ => return None,
+            };
+            format!("model.layers.{layer}.{part}")
+        }
+    };
+    Some(format!("{module}.{suffix}"))
+}
+
+/// Converts a metadata array to `u32` token ids.
+pub(crate) fn ids(values: &[f64]) -> Vec<u32> {
+    values.iter().map(|&v| v as u32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hf_name;
+
+    #[test]
+    fn gguf_names_map_to_hugging_face_names() {
+        assert_eq!(
+            hf_name("blk.12.attn_q.scales").as_deref(),
+            Some("model.layers.12.self_attn.q_proj.scales")
+        );
+        assert_eq!(
+            hf_name("blk.0.ffn_down.weight").as_deref(),
+            Some("model.layers.0.mlp.down_proj.weight")
+        );
+        assert_eq!(
+            hf_name("token_embd.biases").as_deref(),
+            Some("model.embed_tokens.biases")
+        );
+        assert_eq!(hf_name("output.weight").as_deref(), Some("lm_head.weight"));
+        assert_eq!(
+            hf_name("blk.0.attn_q.bias").as_deref(),
+            Some("model.layers.0.self_attn.q_proj.bias")
+        );
+        assert_eq!(hf_name("blk.0.ssm_conv.weight"), None);
+    }
+}

@@ -1,0 +1,189 @@
+//! The engine's Llama against mlx-lm's on the same SmolLM2 weights.
+//!
+//! The fixture comes from `scripts/reference/mlx_lm_smollm2.py`: mlx-lm's own Llama run on
+//! the GGUF converted by `scripts/gguf_to_mlx.py --format exact` (the same quantized
+//! blocks, Q/K rows permuted back to the Hugging Face layout). The engine reads the GGUF
+//! directly (interleaved RoPE on the permuted rows) and, in the last test, the converted
+//! folder (MLX-quantized safetensors).
+
+mod offline;
+
+use std::path::Path;
+
+use kivi_engine::cache::{FullCache, KvCache};
+use kivi_engine::loader::{load_local, LoadedModel};
+use kivi_engine::sampling::SamplingParams;
+use kivi_engine::session::Request;
+use mlx_rs::Array;
+use serde_json::Value;
+
+/// Largest allowed difference of a logit (typical logits are 10-30; float32 sums in a
+/// different order differ by about 1e-4).
+const TOLERANCE: f32 = 2e-3;
+
+fn fixture() -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_mlx_lm.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn caches(n: usize) -> Vec<Box<dyn KvCache>> {
+    (0..n)
+        .map(|_| Box::new(FullCache::new()) as Box<dyn KvCache>)
+        .collect()
+}
+
+/// Logits `[L][vocab]` of `tokens`, run in chunks of the given sizes.
+fn logits(loaded: &LoadedModel, tokens: &[u32], chunks: &[usize]) -> Vec<Vec<f32>> {
+    let mut caches = caches(loaded.model.config().num_layers);
+    let mut rows = Vec::new();
+    let mut start = 0;
+    for &len in chunks {
+        let hidden = loaded
+            .model
+            .forward(&tokens[start..start + len], &mut caches)
+            .unwrap();
+        let out: Array = loaded.model.logits(&hidden).unwrap();
+        out.eval().unwrap();
+        let vocab = out.dim(2) as usize;
+        rows.extend(out.as_slice::<f32>().chunks(vocab).map(<[f32]>::to_vec));
+        start += len;
+    }
+    assert_eq!(start, tokens.len());
+    rows
+}
+
+/// Compares logits with the fixture's top entries; returns the largest difference.
+fn compare(rows: &[Vec<f32>], fixture: &Value) -> f32 {
+    let positions = fixture["positions"].as_array().unwrap();
+    assert_eq!(rows.len(), positions.len());
+    let mut worst = 0.0f32;
+    for (p, (row, reference)) in rows.iter().zip(positions).enumerate() {
+        let top = ids(&reference["top_ids"]);
+        let values: Vec<f32> = reference["top_logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(
+            kivi_engine::sampling::argmax(row),
+            top[0],
+            "position {p}: top token"
+        );
+        for (id, want) in top.iter().zip(values) {
+            let diff = (row[*id as usize] - want).abs();
+            worst = worst.max(diff);
+            assert!(
+                diff < TOLERANCE,
+                "position {p} token {id}: {} vs {want}",
+                row[*id as usize]
+            );
+        }
+    }
+    worst
+}
+
+#[test]
+fn gguf_logits_match_mlx_lm_in_one_pass_and_in_chunks() {
+    let fixture = fixture();
+    let loaded = load_local(&offline::smollm2_path()).unwrap();
+    let prompt = ids(&fixture["logits_prompt_ids"]);
+    assert_eq!(
+        loaded
+            .tokenizer
+            .encode(fixture["logits_prompt"].as_str().unwrap(), false)
+            .unwrap(),
+        prompt
+    );
+    let worst = compare(&logits(&loaded, &prompt, &[prompt.len()]), &fixture);
+    println!("one pass: largest logit difference {worst:e}");
+    // Chunked prefill and single-token steps go through the cache and RoPE offsets.
+    let worst = compare(&logits(&loaded, &prompt, &[4, 1, 5]), &fixture);
+    println!("chunks 4+1+5: largest logit difference {worst:e}");
+}
+
+#[test]
+fn long_prompt_in_chunks_matches_mlx_lm() {
+    // 600 tokens in chunks of 256: several chunks of history, and the dense matmul path
+    // the CPU takes for prefill chunks.
+    let fixture = fixture();
+    let loaded = load_local(&offline::smollm2_path()).unwrap();
+    let prompt = ids(&fixture["long_prompt_ids"]);
+    assert_eq!(prompt.len(), 600);
+    let mut caches = caches(loaded.model.config().num_layers);
+    let mut hidden = None;
+    for chunk in prompt.chunks(256) {
+        hidden = Some(loaded.model.forward(chunk, &mut caches).unwrap());
+    }
+    let last = loaded.model.last_logits(&hidden.unwrap()).unwrap();
+    last.eval().unwrap();
+    let row = last.as_slice::<f32>();
+    let reference = &fixture["long_last"];
+    let top = ids(&reference["top_ids"]);
+    assert_eq!(kivi_engine::sampling::argmax(row), top[0]);
+    let mut worst = 0.0f32;
+    for (id, want) in top.iter().zip(reference["top_logits"].as_array().unwrap()) {
+        let diff = (row[*id as usize] - want.as_f64().unwrap() as f32).abs();
+        worst = worst.max(diff);
+        assert!(
+            diff < TOLERANCE,
+            "token {id}: {} vs {want}",
+            row[*id as usize]
+        );
+    }
+    println!("600 tokens in chunks: largest logit difference {worst:e}");
+}
+
+#[tokio::test]
+async fn greedy_continuation_matches_mlx_lm() {
+    let fixture = fixture();
+    let engine = offline::engine(|_| {}).await;
+    let mut request = Request::text(fixture["story_prompt"].as_str().unwrap());
+    request.sampling = SamplingParams::greedy();
+    let want = ids(&fixture["greedy_ids"]);
+    request.max_tokens = want.len();
+    let out = offline::run(&engine, request).await;
+    println!(
+        "engine: {:?}\nmlx-lm: {:?}",
+        out.text, fixture["greedy_text"]
+    );
+    assert_eq!(out.prompt_tokens, ids(&fixture["story_prompt_ids"]).len());
+    assert_eq!(out.ids, want);
+    assert_eq!(out.text, fixture["greedy_text"].as_str().unwrap());
+}
+
+#[test]
+fn converted_mlx_folder_matches_the_gguf_and_mlx_lm() {
+    let root = offline::workspace_root();
+    let dir = std::env::temp_dir().join(format!("kivi-smollm2-exact-{}", std::process::id()));
+    let status = std::process::Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("scripts/gguf_to_mlx.py"))
+        .arg(offline::smollm2_path())
+        .arg(&dir)
+        .status()
+        .expect("the project's .venv Python runs (scripts/setup.sh venv)");
+    assert!(status.success(), "scripts/gguf_to_mlx.py failed");
+    let loaded = load_local(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(loaded.info.quantization, "mlx 4-bit g32");
+    assert!(!loaded.info.config.rope.traditional);
+    let fixture = fixture();
+    let prompt = ids(&fixture["logits_prompt_ids"]);
+    assert_eq!(
+        loaded
+            .tokenizer
+            .encode(fixture["logits_prompt"].as_str().unwrap(), false)
+            .unwrap(),
+        prompt
+    );
+    let worst = compare(&logits(&loaded, &prompt, &[3, 7]), &fixture);
+    println!("safetensors folder: largest logit difference {worst:e}");
+}

@@ -1,0 +1,77 @@
+//! Shared by the tests that run the offline SmolLM2 model.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use kivi_engine::session::{Engine, EngineOptions, Event, FinishReason, ModelSource, Request};
+
+/// The workspace root (the engine crate's parent folder).
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("engine/ has a parent")
+        .to_path_buf()
+}
+
+/// The offline SmolLM2-135M-Instruct GGUF; panics with the fix when it is absent.
+pub fn smollm2_path() -> PathBuf {
+    let path = workspace_root().join(".data/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
+        path.display()
+    );
+    path
+}
+
+/// An engine on the offline model with the given options tweaks.
+pub async fn engine(tweak: impl FnOnce(&mut EngineOptions)) -> Engine {
+    let mut options = EngineOptions::new(ModelSource::Path(smollm2_path()));
+    tweak(&mut options);
+    Engine::load(options)
+        .await
+        .expect("the offline model loads")
+}
+
+/// Everything one generation reported.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub events: Vec<Event>,
+    pub ids: Vec<u32>,
+    pub pieces: Vec<String>,
+    pub text: String,
+    pub reason: Option<FinishReason>,
+    pub reused: usize,
+    pub prompt_tokens: usize,
+    pub error: Option<String>,
+}
+
+/// Runs a request to the end.
+pub async fn run(engine: &Engine, request: Request) -> Outcome {
+    let mut generation = engine.generate(request);
+    let mut out = Outcome::default();
+    while let Some(event) = generation.next().await {
+        match &event {
+            Event::Started {
+                prompt_tokens,
+                reused_tokens,
+            } => {
+                out.prompt_tokens = *prompt_tokens;
+                out.reused = *reused_tokens;
+            }
+            Event::Token { id, text } => {
+                out.ids.push(*id);
+                out.pieces.push(text.clone());
+            }
+            Event::Done { reason, text, .. } => {
+                out.reason = Some(*reason);
+                out.text = text.clone();
+            }
+            Event::Error { message } => out.error = Some(message.clone()),
+            _ => {}
+        }
+        out.events.push(event);
+    }
+    out
+}

@@ -1,0 +1,269 @@
+//! The generation session on the offline SmolLM2: events, prefix reuse across turns (full
+//! and KIVI caches), cancellation, and context checks.
+
+mod offline;
+
+use kivi_engine::cache::{CacheConfig, KiviConfig};
+use kivi_engine::sampling::SamplingParams;
+use kivi_engine::session::{Document, Event, FinishReason, Prompt, Request};
+use kivi_engine::stats::Phase;
+use kivi_engine::tokenizer::{Message, Role};
+
+fn chat(messages: Vec<Message>, documents: Vec<Document>, max_tokens: usize) -> Request {
+    Request {
+        prompt: Prompt::Chat {
+            messages,
+            documents,
+        },
+        sampling: SamplingParams::greedy(),
+        max_tokens,
+        cache: None,
+    }
+}
+
+fn document() -> Document {
+    Document {
+        name: "notes.txt".into(),
+        text: "The ship is called the Pequod. Its captain is Ahab, who hunts a white whale \
+               named Moby Dick. The narrator is Ishmael, a sailor from Manhattan."
+            .into(),
+    }
+}
+
+/// Two turns on one engine: the second reuses the first's cache. Returns the second
+/// turn's outcome and that of the same request on a fresh engine.
+async fn second_turn_reuses_the_prefix(cache: CacheConfig) -> (offline::Outcome, offline::Outcome) {
+    let engine = offline::engine(|o| o.cache = cache).await;
+    let q1 = Message::new(Role::User, "What is the ship called?");
+    let first = offline::run(&engine, chat(vec![q1.clone()], vec![document()], 12)).await;
+    assert_eq!(first.error, None);
+    assert_eq!(first.reused, 0);
+    println!("[{cache}] turn 1: {:?}", first.text);
+
+    let turn2 = vec![
+        q1,
+        Message::new(Role::Assistant, first.text.trim()),
+        Message::new(Role::User, "Who is its captain?"),
+    ];
+    let second = offline::run(&engine, chat(turn2.clone(), vec![document()], 12)).await;
+    println!(
+        "[{cache}] turn 2: reused {} of {} prompt tokens: {:?}",
+        second.reused, second.prompt_tokens, second.text
+    );
+    assert_eq!(second.error, None);
+    // The whole first prompt is shared (a KIVI cache may give back a partial group).
+    let slack = match cache {
+        CacheConfig::Full => 0,
+        CacheConfig::Kivi(k) => k.group_size(),
+    };
+    assert!(
+        second.reused + slack >= first.prompt_tokens,
+        "reused {} of a {}-token first prompt",
+        second.reused,
+        first.prompt_tokens
+    );
+    assert!(second.reused < second.prompt_tokens);
+    let Some(Event::Done { stats, .. }) = second.events.last() else {
+        panic!("turn 2 ends with Done");
+    };
+    assert_eq!(stats.prefilled_tokens, second.prompt_tokens - second.reused);
+    assert!(!second.ids.is_empty());
+
+    let fresh_engine = offline::engine(|o| o.cache = cache).await;
+    let fresh = offline::run(&fresh_engine, chat(turn2, vec![document()], 12)).await;
+    assert_eq!(fresh.reused, 0);
+    println!("[{cache}] fresh turn 2: {:?}", fresh.text);
+    (second, fresh)
+}
+
+#[tokio::test]
+async fn second_turn_reuses_the_prefix_with_the_full_cache() {
+    let (reused, fresh) = second_turn_reuses_the_prefix(CacheConfig::Full).await;
+    assert_eq!(
+        reused.ids, fresh.ids,
+        "reusing the prefix changed the answer"
+    );
+}
+
+#[tokio::test]
+async fn second_turn_reuses_the_prefix_with_kivi() {
+    // While every token fits the residual window KIVI holds them in full precision, so
+    // reuse must not change the answer.
+    let wide = KiviConfig::new(2, 2, 32, 256).unwrap();
+    let (reused, fresh) = second_turn_reuses_the_prefix(CacheConfig::Kivi(wide)).await;
+    assert_eq!(
+        reused.ids, fresh.ids,
+        "reusing the prefix changed the answer"
+    );
+    // With a short window part of the shared prefix was quantized while turn 1 decoded,
+    // whereas a fresh prefill attends to the whole prompt in full precision: the answers
+    // may differ, but the reuse must work.
+    let narrow = KiviConfig::new(2, 2, 32, 32).unwrap();
+    second_turn_reuses_the_prefix(CacheConfig::Kivi(narrow)).await;
+}
+
+#[tokio::test]
+async fn events_arrive_in_order_with_statistics() {
+    let engine = offline::engine(|o| o.prefill_chunk = 4).await;
+    let mut request = Request::text("The sea was calm and the sky");
+    request.sampling = SamplingParams::greedy();
+    request.max_tokens = 6;
+    let out = offline::run(&engine, request).await;
+    assert!(matches!(
+        out.events.first(),
+        Some(Event::Started {
+            reused_tokens: 0,
+            ..
+        })
+    ));
+    let prefill: Vec<(usize, usize)> = out
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Prefill { done, total, .. } => Some((*done, *total)),
+            _ => None,
+        })
+        .collect();
+    let total = out.prompt_tokens;
+    let want: Vec<(usize, usize)> = (1..=total.div_ceil(4))
+        .map(|i| ((4 * i).min(total), total))
+        .collect();
+    assert_eq!(prefill, want, "one progress event per 4-token chunk");
+    let Some(Event::Done {
+        reason,
+        text,
+        stats,
+    }) = out.events.last()
+    else {
+        panic!("the last event is Done: {:?}", out.events.last());
+    };
+    assert_eq!(*reason, FinishReason::Length);
+    assert_eq!(text, &out.pieces.concat());
+    assert_eq!(stats.phase, Phase::Done);
+    assert_eq!(stats.generated_tokens, 6);
+    // The last generated token is never fed back, so the cache holds one less.
+    assert_eq!(stats.kv.total.tokens, total + 5);
+    assert_eq!(stats.kv.layers.len(), 30);
+    assert!(stats.kv.total.held_bytes > 0 && stats.prefill_tokens_per_s > 0.0);
+    assert!(stats.decode_tokens_per_s > 0.0 && stats.time_to_first_token_s.is_some());
+    assert!(stats.memory.process_resident_bytes > 0);
+    let token_stats = out
+        .events
+        .windows(2)
+        .filter(|w| matches!(w[0], Event::Token { .. }) && matches!(w[1], Event::Stats(_)))
+        .count();
+    assert_eq!(token_stats, 6, "statistics follow every token");
+}
+
+#[tokio::test]
+async fn cancel_stops_decoding_and_prefill() {
+    let engine = offline::engine(|o| o.prefill_chunk = 8).await;
+    // Greedy, this prompt runs on for well over 64 tokens without an end token.
+    let mut request = Request::text("Once upon a time, there was a little");
+    request.max_tokens = 10_000;
+    let mut generation = engine.generate(request);
+    let mut generated = 0;
+    let reason = loop {
+        match generation.next().await.expect("events until Done") {
+            Event::Token { .. } => {
+                generated += 1;
+                generation.cancel();
+            }
+            Event::Done { reason, .. } => break reason,
+            Event::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    };
+    assert_eq!(reason, FinishReason::Cancelled);
+    // The model thread does not wait for the reader: it may finish a step or two before
+    // the cancel lands, but it checks before every token.
+    assert!(generated <= 3, "{generated} tokens after the cancel");
+
+    // Cancelled during prefill: no token at all.
+    let long = "whale ".repeat(60);
+    let mut generation = engine.generate(Request::text(long));
+    let mut chunks = 0;
+    loop {
+        match generation.next().await.expect("events until Done") {
+            Event::Prefill { .. } => {
+                chunks += 1;
+                generation.cancel();
+            }
+            Event::Token { .. } => panic!("no token after a cancel during prefill"),
+            Event::Done { reason, stats, .. } => {
+                assert_eq!(reason, FinishReason::Cancelled);
+                assert!(stats.prefilled_tokens < stats.prompt_tokens);
+                assert_eq!(stats.prefilled_tokens % 8, 0, "whole chunks only");
+                break;
+            }
+            Event::Error { message } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    assert!(chunks <= 3, "{chunks} chunks after the cancel");
+
+    // Cancelled while queued behind another request: nothing of it runs.
+    let mut request = Request::text("Call me Ishmael.");
+    request.max_tokens = 10_000;
+    let mut running = engine.generate(request);
+    let mut queued = engine.generate(Request::text("Once upon a time"));
+    queued.cancel();
+    loop {
+        match running.next().await {
+            Some(Event::Token { .. } | Event::Done { .. }) | None => break,
+            _ => {}
+        }
+    }
+    running.cancel();
+    let mut last = None;
+    while let Some(event) = queued.next().await {
+        last = Some(event);
+    }
+    let Some(Event::Done { reason, stats, .. }) = last else {
+        panic!("ends with Done: {last:?}");
+    };
+    assert_eq!(reason, FinishReason::Cancelled);
+    assert_eq!(stats.prefilled_tokens, 0);
+}
+
+#[tokio::test]
+async fn prompt_longer_than_the_context_is_refused() {
+    let engine = offline::engine(|o| o.context_length = Some(64)).await;
+    let out = offline::run(
+        &engine,
+        chat(
+            vec![Message::new(Role::User, "Summarize.")],
+            vec![Document {
+                name: "long.txt".into(),
+                text: "Call me Ishmael. ".repeat(40),
+            }],
+            8,
+        ),
+    )
+    .await;
+    let message = out.error.expect("an error event");
+    assert!(message.contains("context holds 64"), "{message}");
+    assert_eq!(out.ids.len(), 0);
+
+    // Generation stops when the context fills up (greedy, this story has no end token
+    // within 64 tokens).
+    let mut request = Request::text("Once upon a time, there was a little");
+    request.max_tokens = 1000;
+    let out = offline::run(&engine, request).await;
+    assert_eq!(out.reason, Some(FinishReason::ContextFull));
+    assert_eq!(out.prompt_tokens + out.ids.len(), 64);
+
+    let too_long = kivi_engine::session::Engine::load({
+        let mut o = kivi_engine::session::EngineOptions::new(
+            kivi_engine::session::ModelSource::Path(offline::smollm2_path()),
+        );
+        o.context_length = Some(100_000);
+        o
+    })
+    .await;
+    assert!(too_long
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("exceeds the model's 8192"));
+}

@@ -1,0 +1,94 @@
+//! Qwen2, Mistral and Llama 3 (RoPE scaling) against mlx-lm on tiny random checkpoints.
+//!
+//! The folders under tests/fixtures/tiny-* and their reference.json (mlx-lm's logits after
+//! loading the same folder) come from `scripts/reference/tiny_models.py`.
+
+use std::path::{Path, PathBuf};
+
+use kivi_engine::cache::{FullCache, KvCache};
+use kivi_engine::loader::load_local;
+use kivi_engine::model::{Family, RopeScaling};
+use serde_json::Value;
+
+const TOLERANCE: f32 = 1e-4;
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+/// Runs the fixture's tokens in the given chunks and compares every logit.
+fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
+    let dir = fixture(name);
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
+            .unwrap();
+    let tokens: Vec<u32> = reference["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap() as u32)
+        .collect();
+    let loaded = load_local(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let mut caches: Vec<Box<dyn KvCache>> = (0..loaded.model.config().num_layers)
+        .map(|_| Box::new(FullCache::new()) as Box<dyn KvCache>)
+        .collect();
+    let mut rows: Vec<Vec<f32>> = Vec::new();
+    let mut start = 0;
+    for &len in chunks {
+        let hidden = loaded
+            .model
+            .forward(&tokens[start..start + len], &mut caches)
+            .unwrap();
+        let logits = loaded.model.logits(&hidden).unwrap();
+        logits.eval().unwrap();
+        rows.extend(logits.as_slice::<f32>().chunks(256).map(<[f32]>::to_vec));
+        start += len;
+    }
+    assert_eq!(start, tokens.len());
+    let mut worst = 0.0f32;
+    for (p, (row, want)) in rows
+        .iter()
+        .zip(reference["logits"].as_array().unwrap())
+        .enumerate()
+    {
+        for (v, (got, want)) in row.iter().zip(want.as_array().unwrap()).enumerate() {
+            let diff = (got - want.as_f64().unwrap() as f32).abs();
+            worst = worst.max(diff);
+            assert!(
+                diff < TOLERANCE,
+                "{name} position {p} token {v}: {got} vs {want}"
+            );
+        }
+    }
+    println!("{name}: largest logit difference {worst:e}");
+    loaded
+}
+
+#[test]
+fn qwen2_with_qkv_bias_and_mlx_4bit_weights() {
+    let loaded = check("tiny-qwen2", &[16]);
+    assert_eq!(loaded.info.config.family, Family::Qwen2);
+    assert!(loaded.info.config.qkv_bias);
+    assert_eq!(loaded.info.quantization, "mlx 4-bit g64");
+    check("tiny-qwen2", &[5, 1, 10]);
+}
+
+#[test]
+fn mistral_with_explicit_head_dim_and_untied_head() {
+    let loaded = check("tiny-mistral", &[16]);
+    assert_eq!(loaded.info.config.family, Family::Mistral);
+    assert_eq!(loaded.info.config.head_dim, 32);
+    check("tiny-mistral", &[7, 9]);
+}
+
+#[test]
+fn llama3_rope_scaling() {
+    let loaded = check("tiny-llama3", &[16]);
+    assert!(matches!(
+        loaded.info.config.rope.scaling,
+        RopeScaling::Llama3 { .. }
+    ));
+    check("tiny-llama3", &[1, 1, 14]);
+}

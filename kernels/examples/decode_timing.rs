@@ -1,0 +1,155 @@
+//! Decode attention timings that hold up on a busy machine: the variants run interleaved,
+//! many times, and the table shows the minimum and the median per call. Also times the
+//! pieces of the KIVI path. Run:
+//! `cargo run --release -p kivi-kernels --example decode_timing [tokens...]`.
+
+use std::time::{Duration, Instant};
+
+use kivi_kernels::{
+    attention::{self, CacheView},
+    fused,
+    mlx_quant::{self, QuantizedArray},
+    quantized_len,
+    testdata::{Layer, Profile},
+    KeyAxis, QuantSpec,
+};
+use mlx_rs::{ops, transforms::eval, Array};
+
+const HEADS: i32 = 9;
+const KV_HEADS: i32 = 3;
+const DIM: i32 = 64;
+
+struct Kivi {
+    keys: QuantizedArray,
+    values: QuantizedArray,
+    residual_keys: Array,
+    residual_values: Array,
+}
+
+impl Kivi {
+    fn view(&self) -> CacheView<'_> {
+        CacheView {
+            keys: Some(&self.keys),
+            key_axis: KeyAxis::PerChannel,
+            values: Some(&self.values),
+            residual_keys: Some(&self.residual_keys),
+            residual_values: Some(&self.residual_values),
+        }
+    }
+}
+
+fn kivi(keys: &Array, values: &Array, bits: u32) -> Kivi {
+    let q = quantized_len(keys.dim(2) as usize, 128, 32) as i32;
+    let spec = QuantSpec::new(bits, 32).unwrap();
+    let k = keys.split_at_indices(&[q], Some(2)).unwrap();
+    let v = values.split_at_indices(&[q], Some(2)).unwrap();
+    let kivi = Kivi {
+        keys: mlx_quant::quantize(&k[0].swap_axes(-1, -2).unwrap(), spec).unwrap(),
+        values: mlx_quant::quantize(&v[0], spec).unwrap(),
+        residual_keys: k[1].contiguous().unwrap(),
+        residual_values: v[1].contiguous().unwrap(),
+    };
+    let mut all: Vec<&Array> = kivi
+        .keys
+        .arrays()
+        .into_iter()
+        .chain(kivi.values.arrays())
+        .collect();
+    all.extend([&kivi.residual_keys, &kivi.residual_values]);
+    eval(all).unwrap();
+    kivi
+}
+
+fn main() {
+    let tokens: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let tokens = if tokens.is_empty() {
+        vec![1024, 2048, 4096, 8192]
+    } else {
+        tokens
+    };
+    println!("| T | variant | min ms | median ms |");
+    println!("|---|---|---|---|");
+    for t in tokens {
+        let layer = Layer::new(t as u64, Profile::Outliers, (9, 3, 64), t, 1);
+        let shape = [1, KV_HEADS, t as i32, DIM];
+        let keys = Array::from_slice(&layer.keys, &shape);
+        let values = Array::from_slice(&layer.values, &shape);
+        let queries = Array::from_slice(&layer.queries, &[1, HEADS, 1, DIM]);
+        eval([&keys, &values, &queries]).unwrap();
+        let k4 = kivi(&keys, &values, 4);
+        let k2 = kivi(&keys, &values, 2);
+        // What Metal would store: float16 everything, scales included.
+        let half = |a: &Array| a.as_dtype(mlx_rs::Dtype::Float16).unwrap();
+        let k4_f16 = kivi(&half(&keys), &half(&values), 4);
+        let queries_f16 = half(&queries);
+        queries_f16.eval().unwrap();
+        let scale = 0.125;
+        let q = ops::multiply(&queries, Array::from_f32(scale))
+            .unwrap()
+            .reshape(&[1, KV_HEADS, 3, DIM])
+            .unwrap();
+        let tq = k2.values.packed.dim(2);
+        let w = Array::ones::<f32>(&[1, KV_HEADS, 3, tq]).unwrap();
+        eval([&q, &w]).unwrap();
+
+        type Run<'a> = Box<dyn Fn() -> Array + 'a>;
+        let variants: Vec<(&str, Run)> = vec![
+            (
+                "fp32 sdpa",
+                Box::new(|| attention::full_precision(&queries, &keys, &values, scale).unwrap()),
+            ),
+            (
+                "KIVI K4V4, MLX ops",
+                Box::new(|| attention::attend_mlx(&queries, k4.view(), scale).unwrap()),
+            ),
+            (
+                "KIVI K2V2, MLX ops",
+                Box::new(|| attention::attend_mlx(&queries, k2.view(), scale).unwrap()),
+            ),
+            (
+                "KIVI K4V4, fused",
+                Box::new(|| fused::decode(&queries, k4.view(), scale).unwrap()),
+            ),
+            (
+                "KIVI K2V2, fused",
+                Box::new(|| fused::decode(&queries, k2.view(), scale).unwrap()),
+            ),
+            (
+                "KIVI K4V4, MLX ops, float16 scales",
+                Box::new(|| attention::attend_mlx(&queries_f16, k4_f16.view(), scale).unwrap()),
+            ),
+            (
+                "  K2 scores qmm (q @ K^T)",
+                Box::new(|| k2.keys.matmul(&q, false).unwrap()),
+            ),
+            (
+                "  V2 output qmm (w @ V)",
+                Box::new(|| k2.values.matmul(&w, false).unwrap()),
+            ),
+            (
+                "  fp32 scores matmul",
+                Box::new(|| q.matmul(keys.swap_axes(-1, -2).unwrap()).unwrap()),
+            ),
+        ];
+        let mut times: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
+        for _ in 0..20 {
+            for (i, (_, run)) in variants.iter().enumerate() {
+                let start = Instant::now();
+                run().eval().unwrap();
+                times[i].push(start.elapsed());
+            }
+        }
+        for ((name, _), mut samples) in variants.iter().zip(times) {
+            samples.sort();
+            let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            println!(
+                "| {t} | {name} | {:.3} | {:.3} |",
+                ms(samples[0]),
+                ms(samples[samples.len() / 2])
+            );
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! Attention over a KIVI cache without rebuilding the quantized history in full precision.
+//!
+//! Scores over the quantized keys come from MLX's `quantized_matmul` on the packed data
+//! (per-channel keys are stored `[D, Tq]`, so `q @ K^T` is a plain `x @ W` with
+//! `transpose = false`); scores over the residual window are an ordinary matmul. One softmax
+//! runs over both, and the weights multiply the packed values (again `quantized_matmul`,
+//! values `[Tq, D]` grouped along `D`) plus the residual values.
+//!
+//! Grouped-query attention reshapes the queries `[B, H, L, D]` to `[B, n_kv, rep * L, D]`
+//! (heads `kv * rep .. kv * rep + rep` share KV head `kv`), so keys and values are never
+//! repeated.
+
+use mlx_rs::{ops, Array, Dtype};
+
+use crate::{mlx_quant::QuantizedArray, KernelError, KeyAxis};
+
+/// One layer's cache as attention reads it: the quantized history (oldest tokens), then the
+/// full-precision residual window (newest tokens). Either part may be absent.
+#[derive(Debug, Clone, Copy)]
+pub struct CacheView<'a> {
+    /// Quantized keys: `[B, n_kv, D, Tq]` per channel, or `[B, n_kv, Tq, D]` per token.
+    pub keys: Option<&'a QuantizedArray>,
+    /// How `keys` is grouped.
+    pub key_axis: KeyAxis,
+    /// Quantized values, `[B, n_kv, Tq, D]` grouped along `D`.
+    pub values: Option<&'a QuantizedArray>,
+    /// Residual keys, `[B, n_kv, Tr, D]`.
+    pub residual_keys: Option<&'a Array>,
+    /// Residual values, `[B, n_kv, Tr, D]`.
+    pub residual_values: Option<&'a Array>,
+}
+
+impl CacheView<'_> {
+    /// Quantized positions `Tq`.
+    pub fn quantized_len(&self) -> usize {
+        self.values.map_or(0, |v| v.packed.dim(-2) as usize)
+    }
+
+    /// Residual positions `Tr`.
+    pub fn residual_len(&self) -> usize {
+        self.residual_keys.map_or(0, |k| k.dim(-2) as usize)
+    }
+
+    fn kv_heads(&self) -> Option<i32> {
+        self.residual_keys
+            .map(|k| k.dim(1))
+            .or_else(|| self.values.map(|v| v.packed.dim(1)))
+    }
+}
+
+/// Query positions attended at once: bounds the scores of a long prefill chunk to
+/// `H * QUERY_BLOCK * T` floats (about 300 MB at H = 9, T = 32k) instead of `H * L * T`.
+pub const QUERY_BLOCK: usize = 256;
+
+/// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in `cache`:
+/// on the CPU, single-position float32 decode runs the plain-Rust kernel in
+/// [`crate::fused`] (measured faster than MLX's CPU quantized matmul, see the README);
+/// everything else runs [`attend_mlx`].
+pub fn attend(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
+    if cfg!(not(target_os = "macos")) && crate::fused::supports(queries, &cache) {
+        crate::fused::decode(queries, cache, scale)
+    } else {
+        attend_mlx(queries, cache, scale)
+    }
+}
+
+/// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in
+/// `cache`, as MLX operations (quantized matmuls on the packed data).
+///
+/// The queries are the newest `L` positions of the `T = Tq + Tr` held (the caller appends
+/// the chunk to the cache first): query `i` sits at position `T - L + i` and sees keys
+/// `0..=T - L + i`, whether those keys are quantized or in the residual window. So tokens
+/// that a chunk pushed into the quantized part are attended in their quantized form, exactly
+/// as later decode steps will see them. Long chunks are processed [`QUERY_BLOCK`] positions
+/// at a time.
+pub fn attend_mlx(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
+    let &[_, heads, len, _] = queries.shape() else {
+        return Err(KernelError::Shape(format!(
+            "queries must be [B, heads, L, D], got {:?}",
+            queries.shape()
+        )));
+    };
+    let total = cache.quantized_len() + cache.residual_len();
+    let kv_heads = cache
+        .kv_heads()
+        .ok_or_else(|| KernelError::Shape("attention over an empty cache".into()))?;
+    if heads % kv_heads != 0 || len < 1 || (len as usize) > total {
+        return Err(KernelError::Shape(format!(
+            "{heads} query heads over {kv_heads} KV heads, {len} queries over {total} positions"
+        )));
+    }
+    if cache.keys.is_some() != cache.values.is_some()
+        || cache.residual_keys.is_some() != cache.residual_values.is_some()
+    {
+        return Err(KernelError::Shape("keys and values held unevenly".into()));
+    }
+    let first = total - len as usize;
+    if len as usize <= QUERY_BLOCK {
+        return attend_block(queries, cache, scale, first);
+    }
+    let cuts: Vec<i32> = (QUERY_BLOCK as i32..len).step_by(QUERY_BLOCK).collect();
+    let blocks = queries.split_at_indices(&cuts, Some(2))?;
+    let outputs = blocks
+        .iter()
+        .enumerate()
+        .map(|(i, q)| attend_block(q, cache, scale, first + i * QUERY_BLOCK))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(ops::concatenate(&outputs, 2)?)
+}
+
+/// Attention of queries at positions `first..first + L` (checked by the caller).
+fn attend_block(
+    queries: &Array,
+    cache: CacheView<'_>,
+    scale: f32,
+    first: usize,
+) -> Result<Array, KernelError> {
+    let &[batch, heads, len, dim] = queries.shape() else {
+        unreachable!("checked by attend_mlx")
+    };
+    let (tq, tr) = (cache.quantized_len(), cache.residual_len());
+    let kv_heads = cache.kv_heads().expect("checked by attend_mlx");
+    let rows = heads / kv_heads * len;
+    let q = ops::multiply(queries, Array::from_f32(scale))?
+        .as_dtype(queries.dtype())?
+        .reshape(&[batch, kv_heads, rows, dim])?;
+
+    let mut scores = Vec::with_capacity(2);
+    if let Some(keys) = cache.keys {
+        scores.push(keys.matmul(&q, cache.key_axis == KeyAxis::PerToken)?);
+    }
+    if let Some(keys) = cache.residual_keys {
+        scores.push(q.matmul(keys.swap_axes(-1, -2)?)?);
+    }
+    let mut scores = match scores.len() {
+        1 => scores.pop().expect("one part"),
+        _ => ops::concatenate(&scores, -1)?,
+    };
+    if first + (len as usize) < tq + tr || len > 1 {
+        let shape = [batch, kv_heads, heads / kv_heads, len];
+        scores = causal_mask(&scores, shape, first, tq + tr)?;
+    }
+    let weights = ops::softmax_axis(&scores, -1, true)?;
+
+    let (quantized_w, residual_w) = match (tq, tr) {
+        (0, _) => (None, Some(weights)),
+        (_, 0) => (Some(weights), None),
+        _ => {
+            let mut parts = weights
+                .split_at_indices(&[tq as i32], Some(-1))?
+                .into_iter();
+            (parts.next(), parts.next())
+        }
+    };
+    let mut out: Option<Array> = None;
+    if let (Some(w), Some(values)) = (quantized_w, cache.values) {
+        out = Some(values.matmul(&w, false)?);
+    }
+    if let (Some(w), Some(values)) = (residual_w, cache.residual_values) {
+        let part = w.matmul(values)?;
+        out = Some(match out {
+            Some(o) => ops::add(&o, &part)?,
+            None => part,
+        });
+    }
+    let out = out.expect("a non-empty cache has a quantized or a residual part");
+    let value_dim = out.dim(-1);
+    Ok(out.reshape(&[batch, heads, len, value_dim])?)
+}
+
+/// Sets the scores of query `i` (at position `first + i`) for later keys to -inf. The
+/// score rows are `rep * len` per KV head, repeat-major.
+fn causal_mask(
+    scores: &Array,
+    [batch, kv_heads, rep, len]: [i32; 4],
+    first: usize,
+    total: usize,
+) -> Result<Array, KernelError> {
+    let (first, total) = (first as i32, total as i32);
+    let positions = Array::arange::<_, i32>(first, first + len, None)?.reshape(&[len, 1])?;
+    let keys = Array::arange::<_, i32>(None, total, None)?.reshape(&[1, total])?;
+    let visible = keys.le(&positions)?;
+    let hidden = Array::from_f32(f32::NEG_INFINITY).as_dtype(scores.dtype())?;
+    let shaped = scores.reshape(&[batch, kv_heads, rep, len, total])?;
+    Ok(ops::select(&visible, &shaped, &hidden)?.reshape(&[batch, kv_heads, rep * len, total])?)
+}
+
+/// Full-precision attention with MLX's fused kernel over keys and values `[B, n_kv, T, D]`,
+/// causal for chunks: the baseline the KIVI path is measured against.
+pub fn full_precision(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+) -> Result<Array, KernelError> {
+    use mlx_rs::fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask};
+    let mask = (queries.dim(2) > 1).then_some(ScaledDotProductAttentionMask::Causal);
+    Ok(scaled_dot_product_attention(
+        queries, keys, values, scale, mask, None,
+    )?)
+}
+
+/// True for the float dtypes attention accepts.
+pub fn is_float(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::Float32 | Dtype::Float16 | Dtype::Bfloat16)
+}

@@ -1,0 +1,289 @@
+//! The reference quantizer: the KIVI spec in plain Rust, small enough to check by eye.
+//! Every other path (the MLX graph, the cache, attention) is tested against it.
+//!
+//! One group `g` of `G` values, `b` bits:
+//! `zero = min(g)`, `scale = (max(g) - min(g)) / (2^b - 1)`,
+//! `q = round((x - zero) / scale)` clamped to `[0, 2^b - 1]`, `x' = q * scale + zero`.
+//! Rounding is to nearest, ties to even (as MLX's `round` and IEEE `rint`). A constant group
+//! has `scale = 0`; its codes are 0 and it reconstructs exactly as `zero`, with no division
+//! by zero. Inputs are finite `f32`.
+
+use crate::{pack, quantized_len, KernelError, KeyAxis, QuantSpec};
+
+/// A row-major `[rows, cols]` matrix quantized in groups of `G` consecutive values of a row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuantizedMatrix {
+    /// Bits and group size.
+    pub spec: QuantSpec,
+    /// Rows of the original matrix.
+    pub rows: usize,
+    /// Columns of the original matrix (a multiple of the group size).
+    pub cols: usize,
+    /// Codes packed in MLX's layout, `[rows, cols / (32 / b)]`.
+    pub packed: Vec<u32>,
+    /// One scale per group, `[rows, cols / G]`.
+    pub scales: Vec<f32>,
+    /// One zero point (the group's minimum) per group, `[rows, cols / G]`.
+    pub zeros: Vec<f32>,
+}
+
+/// Quantizes one group into `codes` (same length) and returns `(scale, zero)`.
+pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u8]) -> (f32, f32) {
+    let max_code = ((1u32 << bits) - 1) as f32;
+    let lo = group.iter().copied().fold(f32::INFINITY, f32::min);
+    let hi = group.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let scale = (hi - lo) / max_code;
+    // A constant group has x - zero == 0 for every x, so any divisor gives code 0.
+    let divisor = if scale == 0.0 { 1.0 } else { scale };
+    for (code, &x) in codes.iter_mut().zip(group) {
+        *code = ((x - lo) / divisor).round_ties_even().clamp(0.0, max_code) as u8;
+    }
+    (scale, lo)
+}
+
+/// The value a code stands for: `q * scale + zero`.
+pub fn dequantize_code(code: u8, scale: f32, zero: f32) -> f32 {
+    f32::from(code) * scale + zero
+}
+
+/// Quantizes a row-major `[rows, cols]` matrix in groups along each row.
+pub fn quantize_rows(
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    spec: QuantSpec,
+) -> Result<QuantizedMatrix, KernelError> {
+    let group = spec.group_size();
+    if x.len() != rows * cols || !cols.is_multiple_of(group) {
+        return Err(KernelError::Shape(format!(
+            "cannot quantize {} values as [{rows}, {cols}] in groups of {group}",
+            x.len()
+        )));
+    }
+    let mut codes = vec![0u8; x.len()];
+    let mut scales = Vec::with_capacity(x.len() / group);
+    let mut zeros = Vec::with_capacity(x.len() / group);
+    for (values, codes) in x.chunks_exact(group).zip(codes.chunks_exact_mut(group)) {
+        let (scale, zero) = quantize_group(values, spec.bits(), codes);
+        scales.push(scale);
+        zeros.push(zero);
+    }
+    Ok(QuantizedMatrix {
+        spec,
+        rows,
+        cols,
+        packed: pack::pack(&codes, spec.bits()),
+        scales,
+        zeros,
+    })
+}
+
+impl QuantizedMatrix {
+    /// The codes, one per value, row-major.
+    pub fn codes(&self) -> Vec<u8> {
+        pack::unpack(&self.packed, self.spec.bits())
+    }
+
+    /// The reconstruction `x'`, row-major `[rows, cols]`.
+    pub fn dequantize(&self) -> Vec<f32> {
+        let group = self.spec.group_size();
+        self.codes()
+            .iter()
+            .enumerate()
+            .map(|(i, &code)| dequantize_code(code, self.scales[i / group], self.zeros[i / group]))
+            .collect()
+    }
+}
+
+/// Transposes a row-major `[rows, cols]` matrix.
+pub fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    assert_eq!(
+        x.len(),
+        rows * cols,
+        "transpose: {} values are not [{rows}, {cols}]",
+        x.len()
+    );
+    (0..cols)
+        .flat_map(|c| (0..rows).map(move |r| x[r * cols + c]))
+        .collect()
+}
+
+/// KIVI keys: `[T, D]` quantized per channel, i.e. stored transposed as `[D, T]` and grouped
+/// along tokens (`T` a multiple of the group size).
+pub fn quantize_keys(
+    keys: &[f32],
+    tokens: usize,
+    dim: usize,
+    spec: QuantSpec,
+) -> Result<QuantizedMatrix, KernelError> {
+    if keys.len() != tokens * dim {
+        return Err(KernelError::Shape(format!(
+            "{} key values are not [{tokens}, {dim}]",
+            keys.len()
+        )));
+    }
+    quantize_rows(&transpose(keys, tokens, dim), dim, tokens, spec)
+}
+
+/// KIVI values: `[T, D]` quantized per token, grouped along channels. The group size is
+/// clamped to the head ([`QuantSpec::for_axis`]).
+pub fn quantize_values(
+    values: &[f32],
+    tokens: usize,
+    dim: usize,
+    spec: QuantSpec,
+) -> Result<QuantizedMatrix, KernelError> {
+    quantize_rows(values, tokens, dim, spec.for_axis(dim)?)
+}
+
+/// Settings of a KIVI cache, as the reference needs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheSpec {
+    /// Key bits and group size (the group along tokens for per-channel keys).
+    pub keys: QuantSpec,
+    /// Value bits and group size (clamped to the head).
+    pub values: QuantSpec,
+    /// Tokens kept in full precision before whole groups are quantized (a multiple of G).
+    pub residual: usize,
+    /// Key grouping.
+    pub key_axis: KeyAxis,
+}
+
+/// What a KIVI cache holding the stream `keys`, `values` (`[T, D]`, one head) stands for:
+/// the first `Q(T)` tokens quantized and dequantized, the rest exactly as given. This is the
+/// cache's content by the spec; attention over it is what the cache's attention must equal.
+pub fn dequantized_cache(
+    keys: &[f32],
+    values: &[f32],
+    dim: usize,
+    spec: &CacheSpec,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    let tokens = keys.len() / dim;
+    if keys.len() != tokens * dim || values.len() != keys.len() {
+        return Err(KernelError::Shape(format!(
+            "keys ({}) and values ({}) are not both [T, {dim}]",
+            keys.len(),
+            values.len()
+        )));
+    }
+    let quantized = quantized_len(tokens, spec.residual, spec.keys.group_size());
+    let split = quantized * dim;
+    let mut k = match spec.key_axis {
+        KeyAxis::PerChannel => transpose(
+            &quantize_keys(&keys[..split], quantized, dim, spec.keys)?.dequantize(),
+            dim,
+            quantized,
+        ),
+        KeyAxis::PerToken => {
+            quantize_values(&keys[..split], quantized, dim, spec.keys)?.dequantize()
+        }
+    };
+    let mut v = quantize_values(&values[..split], quantized, dim, spec.values)?.dequantize();
+    k.extend_from_slice(&keys[split..]);
+    v.extend_from_slice(&values[split..]);
+    Ok((k, v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata::XorShift;
+
+    fn spec(bits: u32, group: usize) -> QuantSpec {
+        QuantSpec::new(bits, group).unwrap()
+    }
+
+    #[test]
+    fn hand_computed_group() {
+        // min 0, max 3, 2 bits: scale 1, codes are the values rounded half to even.
+        let mut group: Vec<f32> = vec![0.0, 3.0, 0.5, 1.5, 2.5, 1.0, 2.0, 0.49];
+        group.resize(32, 0.0);
+        let q = quantize_rows(&group, 1, 32, spec(2, 32)).unwrap();
+        assert_eq!((q.scales[0], q.zeros[0]), (1.0, 0.0));
+        assert_eq!(&q.codes()[..8], &[0, 3, 0, 2, 2, 1, 2, 0]);
+        assert_eq!(
+            &q.dequantize()[..8],
+            &[0.0, 3.0, 0.0, 2.0, 2.0, 1.0, 2.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn constant_group_is_exact() {
+        for bits in [2, 4] {
+            for value in [0.0f32, -3.25, 1e-30, 7.5e20] {
+                let x = vec![value; 64];
+                let q = quantize_rows(&x, 2, 32, spec(bits, 32)).unwrap();
+                assert_eq!(q.scales, vec![0.0, 0.0]);
+                assert_eq!(q.dequantize(), x);
+                assert!(q.codes().iter().all(|&c| c == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn error_is_at_most_half_a_step() {
+        let mut rng = XorShift::new(7);
+        for bits in [2, 4] {
+            for group in [32, 64, 128] {
+                let x: Vec<f32> = (0..4 * 256).map(|_| rng.normal() * 3.0).collect();
+                let q = quantize_rows(&x, 4, 256, spec(bits, group)).unwrap();
+                let back = q.dequantize();
+                for (i, (a, b)) in x.iter().zip(&back).enumerate() {
+                    let step = q.scales[i / group];
+                    assert!(
+                        (a - b).abs() <= step * 0.5 + 1e-5,
+                        "bits={bits} G={group}: {a} vs {b}"
+                    );
+                }
+                // The group's extremes are hit (the minimum exactly).
+                for (g, values) in x.chunks(group).enumerate() {
+                    let lo = values.iter().copied().fold(f32::INFINITY, f32::min);
+                    assert_eq!(q.zeros[g], lo);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn keys_are_grouped_along_tokens_and_values_along_channels() {
+        // One key channel is 100x the others: per-channel grouping keeps the others precise.
+        let (tokens, dim) = (32, 64);
+        let mut rng = XorShift::new(3);
+        let mut keys: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        for t in 0..tokens {
+            keys[t * dim + 5] *= 100.0;
+        }
+        let k = quantize_keys(&keys, tokens, dim, spec(2, 32)).unwrap();
+        assert_eq!((k.rows, k.cols), (dim, tokens));
+        assert!(k.scales[5] > 20.0 * k.scales[4]);
+        let back = transpose(&k.dequantize(), dim, tokens);
+        let err: f32 = (0..tokens)
+            .map(|t| (back[t * dim + 4] - keys[t * dim + 4]).abs())
+            .sum();
+        assert!(err / (tokens as f32) < 1.0);
+
+        let v = quantize_values(&keys, tokens, dim, spec(4, 128)).unwrap();
+        assert_eq!(v.spec.group_size(), 64, "value groups clamp to head_dim");
+        assert_eq!(v.scales.len(), tokens);
+    }
+
+    #[test]
+    fn dequantized_cache_keeps_the_residual_exact() {
+        let (tokens, dim) = (100, 64);
+        let mut rng = XorShift::new(11);
+        let keys: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let values: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let cache = CacheSpec {
+            keys: spec(2, 32),
+            values: spec(2, 32),
+            residual: 32,
+            key_axis: KeyAxis::PerChannel,
+        };
+        let (k, v) = dequantized_cache(&keys, &values, dim, &cache).unwrap();
+        let q = quantized_len(tokens, 32, 32) * dim;
+        assert_eq!(q, 64 * dim);
+        assert_eq!(&k[q..], &keys[q..]);
+        assert_eq!(&v[q..], &values[q..]);
+        assert_ne!(&k[..q], &keys[..q]);
+    }
+}

@@ -1,0 +1,143 @@
+//! The plain-Rust CPU decode kernel equals attention over the reference cache's dequantized
+//! content and agrees with the MLX path, over bit widths, group sizes, residual lengths,
+//! head layouts and batch sizes; it refuses what it does not handle.
+
+mod common;
+
+use common::{array, f32s, Parts};
+use kivi_kernels::{
+    attention, fused, reference,
+    reference::CacheSpec,
+    reference_attention::{self, AttnShape},
+    testdata::{Layer, Profile},
+    KeyAxis, QuantSpec,
+};
+use mlx_rs::{ops, Dtype};
+
+fn spec(kb: u32, vb: u32, g: usize, r: usize) -> CacheSpec {
+    CacheSpec {
+        keys: QuantSpec::new(kb, g).unwrap(),
+        values: QuantSpec::new(vb, g).unwrap(),
+        residual: r,
+        key_axis: KeyAxis::PerChannel,
+    }
+}
+
+fn reference_output(layer: &Layer, spec: &CacheSpec, scale: f32) -> Vec<f32> {
+    let (mut k, mut v) = (vec![], vec![]);
+    for h in 0..layer.kv_heads {
+        let (hk, hv) =
+            reference::dequantized_cache(layer.head_keys(h), layer.head_values(h), layer.dim, spec)
+                .unwrap();
+        k.extend(hk);
+        v.extend(hv);
+    }
+    let shape = AttnShape {
+        heads: layer.heads,
+        kv_heads: layer.kv_heads,
+        queries: 1,
+        tokens: layer.tokens,
+        dim: layer.dim,
+    };
+    reference_attention::attention(&layer.queries, &k, &v, shape, scale)
+}
+
+#[test]
+fn matches_the_reference_and_the_mlx_path() {
+    let scale = 0.125;
+    for (heads, kv_heads) in [(9, 3), (4, 4), (8, 2)] {
+        for (kb, vb) in [(2, 2), (4, 4), (4, 2), (2, 4)] {
+            for (g, r) in [(32, 32), (64, 128), (128, 0)] {
+                for tokens in [5, 160, 256, 333] {
+                    let layer = Layer::new(
+                        tokens as u64 + g as u64,
+                        Profile::Outliers,
+                        (heads, kv_heads, 64),
+                        tokens,
+                        1,
+                    );
+                    let spec = spec(kb, vb, g, r);
+                    let parts = Parts::new(&layer, &spec);
+                    let queries = array(&layer.queries, &[1, heads, 1, 64]);
+                    assert!(fused::supports(&queries, &parts.view()));
+                    let got = f32s(&fused::decode(&queries, parts.view(), scale).unwrap());
+                    let what =
+                        format!("{heads}/{kv_heads} heads K{kb}V{vb} G={g} R={r} T={tokens}");
+                    let err = reference_attention::compare(
+                        &got,
+                        &reference_output(&layer, &spec, scale),
+                        64,
+                    );
+                    assert!(err.relative < 1e-5 && err.max_abs < 1e-4, "{what}: {err:?}");
+                    let mlx = f32s(&attention::attend_mlx(&queries, parts.view(), scale).unwrap());
+                    let err = reference_attention::compare(&got, &mlx, 64);
+                    assert!(err.relative < 1e-5, "{what} vs MLX: {err:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn handles_a_batch() {
+    let spec = spec(2, 4, 32, 32);
+    let layers: Vec<Layer> = (0..2)
+        .map(|s| Layer::new(s, Profile::Gaussian, (6, 2, 128), 200, 1))
+        .collect();
+    let stack = |pick: fn(&Layer) -> &Vec<f32>, shape: &[usize]| {
+        let parts: Vec<_> = layers.iter().map(|l| array(pick(l), shape)).collect();
+        ops::concatenate(&parts, 0).unwrap()
+    };
+    let keys = stack(|l| &l.keys, &[1, 2, 200, 128]);
+    let values = stack(|l| &l.values, &[1, 2, 200, 128]);
+    let queries = stack(|l| &l.queries, &[1, 6, 1, 128]);
+    let parts = Parts::from_arrays(&keys, &values, &spec);
+    let got = f32s(&fused::decode(&queries, parts.view(), 0.1).unwrap());
+    let mlx = f32s(&attention::attend_mlx(&queries, parts.view(), 0.1).unwrap());
+    assert_eq!(got.len(), 2 * 6 * 128);
+    assert!(reference_attention::compare(&got, &mlx, 128).relative < 1e-5);
+    for (b, layer) in layers.iter().enumerate() {
+        let want = reference_output(layer, &spec, 0.1);
+        let err = reference_attention::compare(&got[b * 6 * 128..(b + 1) * 6 * 128], &want, 128);
+        assert!(err.relative < 1e-5, "batch {b}: {err:?}");
+    }
+}
+
+#[test]
+fn leaves_other_calls_to_the_mlx_path() {
+    let layer = Layer::new(3, Profile::Gaussian, (4, 2, 64), 100, 2);
+    let parts = Parts::new(&layer, &spec(2, 2, 32, 32));
+    let chunk = array(&layer.queries, &[1, 4, 2, 64]);
+    assert!(!fused::supports(&chunk, &parts.view()));
+    assert!(fused::decode(&chunk, parts.view(), 0.1).is_err());
+    let one = array(&layer.queries[..4 * 64], &[1, 4, 1, 64]);
+    assert!(!fused::supports(
+        &one.as_dtype(Dtype::Float16).unwrap(),
+        &parts.view()
+    ));
+    let mut per_token = spec(2, 2, 32, 32);
+    per_token.key_axis = KeyAxis::PerToken;
+    let parts = Parts::new(&layer, &per_token);
+    assert!(!fused::supports(&one, &parts.view()));
+}
+
+#[test]
+fn refuses_views_that_do_not_fit() {
+    let spec = spec(2, 2, 32, 32);
+    let long = Parts::new(&Layer::new(1, Profile::Gaussian, (4, 2, 64), 300, 1), &spec);
+    let short = Parts::new(&Layer::new(2, Profile::Gaussian, (4, 2, 64), 200, 1), &spec);
+    let queries = array(&[0.5; 4 * 64], &[1, 4, 1, 64]);
+    // Keys of 256 quantized tokens with values of 160.
+    let mut view = long.view();
+    view.values = short.view().values;
+    assert!(fused::decode(&queries, view, 0.1).is_err());
+    // Residual of another head count.
+    let other = Parts::new(&Layer::new(3, Profile::Gaussian, (4, 4, 64), 300, 1), &spec);
+    let mut view = long.view();
+    view.residual_keys = other.view().residual_keys;
+    view.residual_values = other.view().residual_values;
+    assert!(fused::decode(&queries, view, 0.1).is_err());
+    // Queries of another head_dim.
+    let wide = array(&[0.5; 4 * 128], &[1, 4, 1, 128]);
+    assert!(fused::decode(&wide, long.view(), 0.1).is_err());
+}

@@ -1,0 +1,105 @@
+"""Tiny random-weight checkpoints of the other model families, with mlx-lm's logits.
+
+No real Qwen2 or Mistral weights are available offline, so each family gets a two-layer
+model with random weights, saved as a Hugging Face / MLX folder under
+engine/tests/fixtures/tiny-<name>/ together with reference.json: the logits mlx-lm
+computes after loading that folder back (mlx_lm.load, its own model code). The engine's
+tests load the same folders and must produce the same logits.
+
+  tiny-llama3   Llama with Llama 3.1 RoPE scaling and tied embeddings
+  tiny-mistral  Mistral (Llama architecture in mlx-lm) with an explicit head_dim
+                larger than hidden/heads, and an untied lm_head
+  tiny-qwen2    Qwen2 (q/k/v biases, rope_theta 1e6), MLX-quantized at 4 bits, group 64
+
+  .venv/bin/python scripts/reference/tiny_models.py
+"""
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_map
+from mlx_lm import load
+from mlx_lm.utils import _get_classes
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "engine/tests/fixtures"
+
+BASE = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 256,
+    "max_position_embeddings": 256,
+}
+
+MODELS = {
+    "tiny-llama3": dict(BASE, model_type="llama", rope_theta=10000.0, tie_word_embeddings=True,
+                        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+    "tiny-mistral": dict(BASE, model_type="mistral", rope_theta=1000000.0, head_dim=32,
+                         tie_word_embeddings=False, sliding_window=4096),
+    "tiny-qwen2": dict(BASE, model_type="qwen2", rope_theta=1000000.0, tie_word_embeddings=True,
+                       quantization={"group_size": 64, "bits": 4}),
+}
+
+# Prompt ids (bytes of "The whale, 1851!" in the byte-level vocabulary).
+TOKENS = [84, 104, 101, 32, 119, 104, 97, 108, 101, 44, 32, 49, 56, 53, 49, 33]
+
+
+def byte_tokenizer():
+    """Byte-level BPE over the 256 byte symbols, no merges: one token per byte."""
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    symbols = bytes_to_unicode()
+    assert set(symbols.values()) == set(alphabet)
+    vocab = {symbols[b]: b for b in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def make(name, config):
+    mx.random.seed(sum(map(ord, name)))
+    model_class, args_class = _get_classes(config)
+    model = model_class(args_class.from_dict(config))
+    # Random everything, norms included (they are ones by default and would hide a bug).
+    params = tree_map(lambda p: mx.random.normal(p.shape) * 0.2, model.parameters())
+    model.update(params)
+    if "quantization" in config:
+        q = config["quantization"]
+        nn.quantize(model, group_size=q["group_size"], bits=q["bits"])
+    mx.eval(model.parameters())
+
+    dest = FIXTURES / name
+    dest.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(dest / "model.safetensors"), dict(tree_flatten(model.parameters())),
+                        metadata={"format": "mlx"})
+    (dest / "config.json").write_text(json.dumps(config, indent=1))
+    byte_tokenizer().save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps({"eos_token": None, "bos_token": None}))
+
+    # The reference: what mlx-lm computes after loading the folder back.
+    reference_model, _ = load(str(dest))
+    logits = reference_model(mx.array([TOKENS]))[0].astype(mx.float32)
+    (dest / "reference.json").write_text(json.dumps({
+        "source": "scripts/reference/tiny_models.py, mlx_lm.load + forward",
+        "tokens": TOKENS,
+        "logits": [[round(v, 6) for v in row] for row in logits.tolist()],
+    }))
+    print(f"wrote {dest}")
+
+
+def main():
+    for name, config in MODELS.items():
+        make(name, config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs the test suite. `make test` runs every stage after set-up; a stage can be run alone:
+#   scripts/test.sh [lint] [rust] [ui] [app] [fuzz]
+# Artifacts (screenshots, logs) land in artifacts/.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+export KIVI_MODEL=${KIVI_MODEL:-$ROOT/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+mkdir -p artifacts
+
+stage() { printf '\n\033[1;35m==> %s\033[0m\n' "$*"; }
+
+stage_lint() {
+  stage "lint: cargo fmt, clippy"
+  cargo fmt --all -- --check
+  # The app embeds ui/dist at compile time.
+  [ -f ui/dist/index.html ] || (cd ui && npm run build)
+  cargo clippy --workspace --all-targets -- -D warnings
+}
+
+stage_rust() {
+  stage "rust: unit, integration and model tests"
+  [ -f ui/dist/index.html ] || (cd ui && npm run build)
+  cargo test --workspace --no-fail-fast
+}
+
+stage_ui() {
+  stage "ui: type check, unit tests, browser tests"
+  (cd ui && npm run build && npm test && npm run test:browser)
+}
+
+stage_app() {
+  stage "app: the desktop window under Xvfb"
+  (cd ui && npm run build)
+  cargo build -p kivi-chat
+  scripts/window-test.sh
+}
+
+stages=("$@")
+[ ${#stages[@]} -gt 0 ] || stages=(lint rust ui app)
+for s in "${stages[@]}"; do
+  case "$s" in
+    lint) stage_lint ;;
+    rust) stage_rust ;;
+    ui) stage_ui ;;
+    app) stage_app ;;
+    *) echo "unknown stage '$s' (lint rust ui app)" >&2; exit 2 ;;
+  esac
+done
+stage "all requested stages passed: ${stages[*]}"

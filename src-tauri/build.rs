@@ -1,0 +1,6 @@
+include!("../scripts/build/mlx_link.rs");
+
+fn main() {
+    link_mlx();
+    tauri_build::build();
+}
