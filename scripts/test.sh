@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test suite. `make test` runs every stage after set-up; a stage can be run alone:
-#   scripts/test.sh [lint] [rust] [ui] [app] [fuzz]
+#   scripts/test.sh [setup] [lint] [rust] [ui] [app]
 # Artifacts (screenshots, logs) land in artifacts/.
 set -euo pipefail
 
@@ -10,6 +10,17 @@ export KIVI_MODEL=${KIVI_MODEL:-$ROOT/.data/models/SmolLM2-135M-Instruct.Q4_1.gg
 mkdir -p artifacts
 
 stage() { printf '\n\033[1;35m==> %s\033[0m\n' "$*"; }
+
+stage_setup() {
+  stage "setup: a second run installs nothing"
+  local log
+  log=$(scripts/setup.sh 2>&1) || { echo "$log"; return 1; }
+  echo "$log"
+  if grep -q "installing:" <<<"$log"; then
+    echo "setup is not idempotent: the second run installed something (above)" >&2
+    return 1
+  fi
+}
 
 stage_lint() {
   stage "lint: cargo fmt, clippy"
@@ -38,14 +49,15 @@ stage_app() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(lint rust ui app)
+[ ${#stages[@]} -gt 0 ] || stages=(setup lint rust ui app)
 for s in "${stages[@]}"; do
   case "$s" in
+    setup) stage_setup ;;
     lint) stage_lint ;;
     rust) stage_rust ;;
     ui) stage_ui ;;
     app) stage_app ;;
-    *) echo "unknown stage '$s' (lint rust ui app)" >&2; exit 2 ;;
+    *) echo "unknown stage '$s' (setup lint rust ui app)" >&2; exit 2 ;;
   esac
 done
 stage "all requested stages passed: ${stages[*]}"
