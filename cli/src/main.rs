@@ -21,6 +21,8 @@ enum Command {
     Generate(cmd::generate::GenerateArgs),
     /// Chat interactively, optionally about documents (--file).
     Chat(cmd::chat::ChatArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...).
+    Serve(cmd::serve::ServeArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +35,7 @@ fn main() -> anyhow::Result<()> {
         match cli.command {
             Command::Generate(args) => cmd::generate::run(args).await,
             Command::Chat(args) => cmd::chat::run(args).await,
+            Command::Serve(args) => cmd::serve::run(args).await,
         }
     })
 }

@@ -48,6 +48,21 @@ pub fn dense_matmul_min_rows() -> usize {
     }
 }
 
+/// Whether quantized matrices with fewer than [`dense_matmul_min_rows`] input rows (decode)
+/// are multiplied by the plain-Rust kernel in [`kivi_kernels::qmatmul`] instead of MLX's.
+///
+/// MLX's CPU kernel dequantizes every weight in a scalar loop: 0.74 ms for one row through
+/// a 1536x576 4-bit matrix and 21-39 ms through SmolLM2's 49152x576 output head, most of a
+/// decode step. Metal's kernels are fast. `KIVI_HOST_QMATMUL=0` turns it off (to compare).
+pub fn host_quantized_matmul() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        Device::current() == Device::Cpu
+            && std::env::var("KIVI_HOST_QMATMUL").map_or(true, |v| v != "0")
+    })
+}
+
 /// The dtype activations, dense weights, and quantization scales/biases are kept in.
 ///
 /// On the CPU MLX emulates float16/bfloat16 and its quantized matmul with float16 scales

@@ -41,6 +41,32 @@ pub enum LoadError {
         /// The underlying error.
         source: mlx_rs::io::GgufError,
     },
+    /// A GGUF file that is damaged, truncated or not one the engine can load; checked
+    /// before MLX's reader sees it (see [`crate::gguf`]).
+    #[error("cannot load the GGUF file {path}: {source}")]
+    InvalidGguf {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: crate::gguf::GgufError,
+    },
+    /// The model with a KV cache for the whole context would not fit in the memory that
+    /// is available; refused before loading (see [`crate::budget`]).
+    #[error(
+        "not enough memory: this model needs about {:.2} GiB ({detail}) but {:.2} GiB is \
+         available; choose a smaller model or quantization, a shorter context or a KIVI \
+         cache, or close other programs",
+        *.needed as f64 / (1u64 << 30) as f64,
+        *.available as f64 / (1u64 << 30) as f64
+    )]
+    InsufficientMemory {
+        /// Estimated bytes: weights, KV cache and runtime.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+        /// The parts of the estimate.
+        detail: String,
+    },
     /// The model's configuration lacks a value or has an impossible one.
     #[error("bad model configuration: {0}")]
     Config(String),

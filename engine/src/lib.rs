@@ -1,13 +1,16 @@
 //! The KIVI Chat engine: everything below the user interface.
 
+pub mod budget;
 pub mod cache;
 pub mod device;
 pub mod document;
 pub mod error;
+pub mod gguf;
 pub mod hub;
 pub mod loader;
 pub mod model;
 pub mod sampling;
+pub mod server;
 pub mod session;
 pub mod stats;
 pub mod tokenizer;

@@ -112,6 +112,7 @@ fn load_gguf(path: &Path) -> Result<LoadedModel, LoadError> {
     let mut config = gguf.config()?;
     let tokenizer = Tokenizer::from_gguf(&gguf)?;
     let mut weights = gguf.weights(&mut config)?;
+    check_consistency(&config, &weights, &tokenizer)?;
     let model = Llama::load(config.clone(), &mut weights)?;
     let quantization = gguf.quantization_name()?;
     Ok(LoadedModel {
@@ -126,6 +127,7 @@ fn load_folder(dir: &Path) -> Result<LoadedModel, LoadError> {
     let config = ModelConfig::from_hf_json(&json)?;
     let tokenizer = Tokenizer::from_folder(dir)?;
     let mut weights = safetensors::load_weights(dir, &json)?;
+    check_consistency(&config, &weights, &tokenizer)?;
     let model = Llama::load(config.clone(), &mut weights)?;
     let quantization = match json.get("quantization") {
         Some(q) => format!(
@@ -144,4 +146,68 @@ fn load_folder(dir: &Path) -> Result<LoadedModel, LoadError> {
         tokenizer,
         info: info(dir, WeightFormat::Safetensors, quantization, config),
     })
+}
+
+/// The files must agree with each other: every matrix and norm of the checkpoint has the
+/// rows the configuration implies (a config.json from another model fails here, not in
+/// the first request), and no token id of the tokenizer lies beyond the embedding table.
+/// MLX's embedding lookup does not check its indices, so a mismatched tokenizer would
+/// read past the table instead of failing.
+fn check_consistency(
+    config: &ModelConfig,
+    weights: &crate::weights::Weights,
+    tokenizer: &Tokenizer,
+) -> Result<(), LoadError> {
+    let c = config;
+    let mut rows = vec![
+        ("model.embed_tokens.weight".to_string(), c.vocab_size),
+        ("lm_head.weight".to_string(), c.vocab_size),
+        ("model.norm.weight".to_string(), c.hidden_size),
+    ];
+    for i in 0..c.num_layers {
+        let p = format!("model.layers.{i}");
+        rows.extend([
+            (format!("{p}.input_layernorm.weight"), c.hidden_size),
+            (
+                format!("{p}.post_attention_layernorm.weight"),
+                c.hidden_size,
+            ),
+            (
+                format!("{p}.self_attn.q_proj.weight"),
+                c.num_heads * c.head_dim,
+            ),
+            (
+                format!("{p}.self_attn.k_proj.weight"),
+                c.num_kv_heads * c.head_dim,
+            ),
+            (
+                format!("{p}.self_attn.v_proj.weight"),
+                c.num_kv_heads * c.head_dim,
+            ),
+            (format!("{p}.self_attn.o_proj.weight"), c.hidden_size),
+            (format!("{p}.mlp.gate_proj.weight"), c.intermediate_size),
+            (format!("{p}.mlp.up_proj.weight"), c.intermediate_size),
+            (format!("{p}.mlp.down_proj.weight"), c.hidden_size),
+        ]);
+    }
+    for (name, want) in rows {
+        let got = weights.shape(&name).and_then(|s| s.first().copied());
+        if let Some(got) = got.filter(|&g| g as usize != want) {
+            return Err(LoadError::Config(format!(
+                "{name} has {got} rows but the configuration implies {want}: the configuration \
+                 does not belong to these weights"
+            )));
+        }
+    }
+    if let Some(max) = tokenizer
+        .max_token_id()
+        .filter(|&id| id as usize >= config.vocab_size)
+    {
+        return Err(LoadError::Tokenizer(format!(
+            "the tokenizer has token ids up to {max} but the model's embedding has {} rows: \
+             the tokenizer does not belong to this model",
+            config.vocab_size
+        )));
+    }
+    Ok(())
 }

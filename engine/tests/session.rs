@@ -267,3 +267,112 @@ async fn prompt_longer_than_the_context_is_refused() {
         .to_string()
         .contains("exceeds the model's 8192"));
 }
+
+/// The held bytes and cache name a request ended with.
+fn final_cache(out: &offline::Outcome) -> (u64, String) {
+    let Some(Event::Done { stats, .. }) = out.events.last() else {
+        panic!("ends with Done: {:?}", out.events.last());
+    };
+    (stats.kv.total.held_bytes, stats.cache.clone())
+}
+
+#[tokio::test]
+async fn a_slot_built_with_other_cache_settings_is_rebuilt() {
+    // Regression: with every slot in use, the least recently used slot was handed to a
+    // request with other cache settings and its old caches were truncated and reused, so
+    // a K2V2 request ran on K4V4 caches.
+    let k4v4 = CacheConfig::Kivi(KiviConfig::new(4, 4, 32, 32).unwrap());
+    let k2v2 = CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 32).unwrap());
+    let with = |cache| {
+        let mut r = chat(
+            vec![Message::new(Role::User, "Who is the captain?")],
+            vec![document()],
+            4,
+        );
+        r.cache = Some(cache);
+        r
+    };
+    let engine = offline::engine(|o| o.max_cached_conversations = 1).await;
+    let first = offline::run(&engine, with(k4v4)).await;
+    assert_eq!(first.error, None);
+    assert!(first.prompt_tokens > 64, "long enough to quantize groups");
+    let second = offline::run(&engine, with(k2v2)).await;
+    assert_eq!(second.error, None);
+    assert_eq!(second.reused, 0, "nothing reused from a K4V4 cache");
+    let (held, name) = final_cache(&second);
+    assert_eq!(name, "k2v2-g32-r32");
+
+    let fresh_engine = offline::engine(|o| o.max_cached_conversations = 1).await;
+    let fresh = offline::run(&fresh_engine, with(k2v2)).await;
+    assert_eq!((held, name), final_cache(&fresh));
+    assert_eq!(second.ids, fresh.ids);
+    assert!(held < final_cache(&first).0, "2-bit holds less than 4-bit");
+
+    // The same holds for a named conversation whose settings change.
+    let a = offline::run_in(&engine, "chat-a", with(k4v4)).await;
+    let b = offline::run_in(&engine, "chat-a", with(k2v2)).await;
+    assert_eq!(b.reused, 0);
+    assert_eq!(final_cache(&b).1, "k2v2-g32-r32");
+    assert!(final_cache(&b).0 < final_cache(&a).0);
+}
+
+#[tokio::test]
+async fn conversations_keep_their_caches_and_prefill_only_requests_fill_them() {
+    let kivi = CacheConfig::Kivi(KiviConfig::default());
+    let engine = offline::engine(|o| {
+        o.max_cached_conversations = 2;
+        o.cache = kivi;
+    })
+    .await;
+    // Prefill only: the documents go into chat-1's cache, no token is generated.
+    let system = Message::new(Role::System, "Answer from the document.");
+    let prefill = offline::run_in(
+        &engine,
+        "chat-1",
+        chat(vec![system.clone()], vec![document()], 0),
+    )
+    .await;
+    assert_eq!(prefill.error, None);
+    assert!(prefill.ids.is_empty());
+    assert_eq!(prefill.reason, Some(FinishReason::Length));
+    let caches = engine.conversations().await.unwrap();
+    assert_eq!(caches.len(), 1);
+    assert_eq!(caches[0].conversation, "chat-1");
+    assert_eq!(caches[0].tokens, prefill.prompt_tokens);
+    assert_eq!(caches[0].cache, kivi);
+    assert!(caches[0].kv.total.held_bytes > 0);
+
+    // An anonymous request does not take chat-1's slot for its (shared) prefix.
+    let other = offline::run(&engine, chat(vec![system.clone()], vec![document()], 2)).await;
+    assert_eq!(other.reused, 0);
+
+    // The question reuses nearly all of the prefilled prompt (the document text).
+    let question = Message::new(Role::User, "Who is the captain?");
+    let counted = engine
+        .count_prompt(&Prompt::Chat {
+            messages: vec![system.clone(), question.clone()],
+            documents: vec![document()],
+        })
+        .await
+        .unwrap();
+    let asked = offline::run_in(
+        &engine,
+        "chat-1",
+        chat(vec![system, question], vec![document()], 4),
+    )
+    .await;
+    assert_eq!(asked.error, None);
+    assert_eq!(asked.prompt_tokens, counted);
+    println!(
+        "prefilled {} tokens; the question reused {} of {}",
+        prefill.prompt_tokens, asked.reused, asked.prompt_tokens
+    );
+    assert!(
+        asked.reused + 8 >= prefill.prompt_tokens - 8,
+        "reused {} of {} prefilled",
+        asked.reused,
+        prefill.prompt_tokens
+    );
+    engine.drop_conversation("chat-1").unwrap();
+    assert!(engine.conversations().await.unwrap().is_empty());
+}

@@ -52,16 +52,139 @@ impl CacheView<'_> {
 /// `H * QUERY_BLOCK * T` floats (about 300 MB at H = 9, T = 32k) instead of `H * L * T`.
 pub const QUERY_BLOCK: usize = 256;
 
-/// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in `cache`:
-/// on the CPU, single-position float32 decode runs the plain-Rust kernel in
-/// [`crate::fused`] (measured faster than MLX's CPU quantized matmul, see the README);
-/// everything else runs [`attend_mlx`].
+/// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in `cache`.
+///
+/// On the CPU (not macOS; see [`crate::host::enabled`]) with float32 queries,
+/// single-position decode with per-channel keys runs the plain-Rust kernel in
+/// [`crate::fused`] (measured faster than MLX's CPU quantized matmul, see the README), and
+/// everything else [`attend_host`]. Elsewhere [`attend_mlx`] runs.
 pub fn attend(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
-    if cfg!(not(target_os = "macos")) && crate::fused::supports(queries, &cache) {
-        crate::fused::decode(queries, cache, scale)
-    } else {
-        attend_mlx(queries, cache, scale)
+    if crate::host::enabled() {
+        if crate::fused::supports(queries, &cache) {
+            return crate::fused::decode(queries, cache, scale);
+        }
+        if queries.dtype() == Dtype::Float32 {
+            return attend_host(queries, cache, scale);
+        }
     }
+    attend_mlx(queries, cache, scale)
+}
+
+/// `a` in float32, contiguous and evaluated, so that its host slice can be read.
+fn host_f32(a: &Array) -> Result<Array, KernelError> {
+    let a = if a.dtype() == Dtype::Float32 {
+        a.clone()
+    } else {
+        a.as_dtype(Dtype::Float32)?
+    };
+    if a.try_as_slice::<f32>().is_err() {
+        let a = a.contiguous()?;
+        a.eval()?;
+        return Ok(a);
+    }
+    Ok(a)
+}
+
+fn host_slice(a: &Array) -> Result<&[f32], KernelError> {
+    a.try_as_slice::<f32>()
+        .map_err(|e| KernelError::Shape(format!("cannot read an array on the host: {e}")))
+}
+
+/// The same attention as [`attend_mlx`], on the CPU: the quantized history is dequantized
+/// (to float32, for this call only) and attended with the residual window by
+/// [`crate::host::attention`] (BLAS products, vectorized softmax).
+///
+/// Dequantizing costs `O(T * D)` per call against the `O(L * T * D)` of a chunk's
+/// attention; the products then run at BLAS speed instead of MLX's scalar CPU
+/// `quantized_matmul`, and the softmax without MLX's scalar `exp`. The result equals
+/// attention over what the cache stands for, as the MLX path's does, to float rounding.
+pub fn attend_host(
+    queries: &Array,
+    cache: CacheView<'_>,
+    scale: f32,
+) -> Result<Array, KernelError> {
+    use crate::host::attention::{attend, Segment, Shape};
+    let &[batch, heads, len, dim] = queries.shape() else {
+        return Err(KernelError::Shape(format!(
+            "queries must be [B, heads, L, D], got {:?}",
+            queries.shape()
+        )));
+    };
+    if cache.keys.is_some() != cache.values.is_some()
+        || cache.residual_keys.is_some() != cache.residual_values.is_some()
+    {
+        return Err(KernelError::Shape("keys and values held unevenly".into()));
+    }
+    let kv_heads = cache
+        .kv_heads()
+        .ok_or_else(|| KernelError::Shape("attention over an empty cache".into()))?;
+    let q = host_f32(queries)?;
+    // (keys, values, channel-major keys) per segment, as evaluated float32 arrays.
+    let mut parts: Vec<(Array, Array, bool)> = Vec::with_capacity(2);
+    if let (Some(k), Some(v)) = (cache.keys, cache.values) {
+        parts.push((
+            host_f32(&k.dequantize()?)?,
+            host_f32(&v.dequantize()?)?,
+            cache.key_axis == KeyAxis::PerChannel,
+        ));
+    }
+    if let (Some(k), Some(v)) = (cache.residual_keys, cache.residual_values) {
+        parts.push((host_f32(k)?, host_f32(v)?, false));
+    }
+    let value_dim = parts.first().map_or(0, |(_, v, _)| v.dim(-1) as usize);
+    let mut keys = Vec::with_capacity(parts.len());
+    let mut values = Vec::with_capacity(parts.len());
+    for (k, v, channel_major) in &parts {
+        if k.ndim() != 4 || v.ndim() != 4 || k.dim(0) != batch || v.dim(1) != kv_heads {
+            return Err(KernelError::Shape(format!(
+                "cache arrays {:?} and {:?} do not fit queries {:?}",
+                k.shape(),
+                v.shape(),
+                queries.shape()
+            )));
+        }
+        let tokens = v.dim(2) as usize;
+        let key_rows = if *channel_major { dim as usize } else { tokens };
+        let key_cols = if *channel_major { tokens } else { dim as usize };
+        if (k.dim(2) as usize, k.dim(3) as usize) != (key_rows, key_cols)
+            || v.dim(3) as usize != value_dim
+        {
+            return Err(KernelError::Shape(format!(
+                "cache arrays {:?} and {:?} do not fit queries {:?}",
+                k.shape(),
+                v.shape(),
+                queries.shape()
+            )));
+        }
+        keys.push(Segment {
+            data: host_slice(k)?,
+            len: tokens,
+            head_stride: key_rows * key_cols,
+            row_stride: key_cols,
+            channel_major: *channel_major,
+        });
+        values.push(Segment {
+            data: host_slice(v)?,
+            len: tokens,
+            head_stride: tokens * value_dim,
+            row_stride: value_dim,
+            channel_major: false,
+        });
+    }
+    let shape = Shape {
+        batch: batch as usize,
+        heads: heads as usize,
+        kv_heads: kv_heads as usize,
+        queries: len as usize,
+        dim: dim as usize,
+        value_dim,
+    };
+    let mut out = vec![0f32; shape.batch * shape.heads * shape.queries * value_dim];
+    attend(host_slice(&q)?, shape, &keys, &values, scale, &mut out)?;
+    Ok(Array::from_slice(
+        &out,
+        &[batch, heads, len, value_dim as i32],
+    ))
 }
 
 /// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in

@@ -8,13 +8,17 @@
 //! - [`mlx_quant`]: the same quantizer as an MLX graph, bit-identical to the reference.
 //! - [`attention`]: decode and chunk attention over quantized history plus residual.
 //! - [`fused`]: a plain-Rust CPU kernel for single-position decode attention.
+//! - [`host`]: float32 attention, softmax and `sgemm` on host memory, for the CPU.
+//! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust, for CPU decode.
 //! - [`testdata`]: seeded random keys and values (with outliers) for tests and benchmarks.
 
 pub mod attention;
 mod error;
 pub mod fused;
+pub mod host;
 pub mod mlx_quant;
 pub mod pack;
+pub mod qmatmul;
 pub mod reference;
 pub mod reference_attention;
 pub mod spec;

@@ -270,6 +270,37 @@ pub fn read_header(bytes: &[u8]) -> Result<CacheFileHeader, CacheFileError> {
     })
 }
 
+/// The same bytes with the header's checksum recomputed over them, or `None` when they
+/// are not a safetensors file. For the fuzzer (fuzz/fuzz_targets/cache_file.rs): a mutated
+/// file re-signed gets past the checksum to the checks behind it.
+#[doc(hidden)]
+pub fn resign(bytes: &[u8]) -> Option<Vec<u8>> {
+    let tensors = SafeTensors::deserialize(bytes).ok()?;
+    let (n, metadata) = SafeTensors::read_metadata(bytes).ok()?;
+    let mut unsigned = metadata.metadata().clone().unwrap_or_default();
+    unsigned.remove("checksum");
+    let views = tensors.tensors();
+    let sum = checksum(
+        &unsigned,
+        views
+            .iter()
+            .map(|(name, v)| (name.as_str(), v.dtype(), v.shape(), v.data())),
+    );
+    let mut header: serde_json::Value = serde_json::from_slice(bytes.get(8..8 + n)?).ok()?;
+    let entries = header
+        .as_object_mut()?
+        .entry("__metadata__")
+        .or_insert_with(|| serde_json::json!({}));
+    entries
+        .as_object_mut()?
+        .insert("checksum".into(), sum.into());
+    let header = serde_json::to_vec(&header).ok()?;
+    let mut out = (header.len() as u64).to_le_bytes().to_vec();
+    out.extend(header);
+    out.extend(&bytes[8 + n..]);
+    Some(out)
+}
+
 /// Opens the bytes of a cache file made for `model_id` with `config`.
 pub fn from_bytes(
     bytes: &[u8],

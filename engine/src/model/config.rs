@@ -121,7 +121,7 @@ impl ModelConfig {
         let num_kv_heads = int("num_key_value_heads").unwrap_or(num_heads);
         let head_dim = match json.get("head_dim").and_then(Value::as_u64) {
             Some(d) => d as usize,
-            None => hidden_size / num_heads.max(1),
+            None => derived_head_dim(hidden_size, num_heads)?,
         };
         let float = |key: &str, default: f32| {
             json.get(key)
@@ -164,8 +164,26 @@ impl ModelConfig {
     /// Checks the invariants the model code relies on.
     pub fn validate(&self) -> Result<(), LoadError> {
         let bad = |msg: String| Err(LoadError::Config(msg));
-        if self.num_layers == 0 || self.hidden_size == 0 || self.head_dim == 0 {
+        if self.num_layers == 0
+            || self.hidden_size == 0
+            || self.head_dim == 0
+            || self.num_heads == 0
+            || self.intermediate_size == 0
+            || self.vocab_size == 0
+            || self.context_length == 0
+        {
             return bad(format!("empty model: {self:?}"));
+        }
+        // Sizes become MLX (i32) shapes; a damaged file must not make them wrap.
+        let sizes = [
+            ("hidden size", self.hidden_size),
+            ("head count", self.num_heads * self.head_dim),
+            ("feed-forward size", self.intermediate_size),
+            ("vocabulary size", self.vocab_size),
+            ("layer count", self.num_layers.saturating_mul(1 << 16)),
+        ];
+        if let Some((what, _)) = sizes.iter().find(|(_, v)| *v > i32::MAX as usize) {
+            return bad(format!("implausible {what}: {self:?}"));
         }
         if self.num_kv_heads == 0 || !self.num_heads.is_multiple_of(self.num_kv_heads) {
             return bad(format!(
@@ -181,6 +199,18 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// The head size when the configuration gives none: the hidden size split evenly over the
+/// query heads.
+pub fn derived_head_dim(hidden_size: usize, num_heads: usize) -> Result<usize, LoadError> {
+    if num_heads == 0 || !hidden_size.is_multiple_of(num_heads) {
+        return Err(LoadError::Config(format!(
+            "hidden size {hidden_size} is not divisible by the {num_heads} attention heads, and \
+             no head size is given"
+        )));
+    }
+    Ok(hidden_size / num_heads)
 }
 
 fn rope_scaling_from_json(s: &Value) -> Result<RopeScaling, LoadError> {

@@ -1,9 +1,10 @@
 //! The building blocks of a Llama-family decoder: linear maps (dense or MLX-quantized),
 //! the token embedding, and RMS normalization.
 
-use mlx_rs::{fast, ops, Array};
+use kivi_kernels::qmatmul;
+use mlx_rs::{fast, ops, Array, Dtype};
 
-use crate::device::dense_matmul_min_rows;
+use crate::device::{dense_matmul_min_rows, host_quantized_matmul};
 
 type MlxResult<T> = Result<T, mlx_rs::error::Exception>;
 
@@ -52,6 +53,25 @@ impl Matrix {
                 scales,
                 biases,
                 quant,
+            } if host_quantized_matmul() => {
+                match host_qmatmul(x, weight, scales, biases, *quant)? {
+                    Some(y) => Ok(y),
+                    None => ops::quantized_matmul(
+                        x,
+                        weight,
+                        scales,
+                        biases,
+                        true,
+                        quant.group_size,
+                        quant.bits,
+                    ),
+                }
+            }
+            Matrix::Quantized {
+                weight,
+                scales,
+                biases,
+                quant,
             } => ops::quantized_matmul(
                 x,
                 weight,
@@ -82,6 +102,64 @@ impl Matrix {
             ),
         }
     }
+}
+
+/// `x @ W^T` through the plain-Rust kernel ([`kivi_kernels::qmatmul`]) on host memory, or
+/// `None` when it does not apply (not float32, a bit width it lacks, non-contiguous
+/// weights), in which case MLX's own kernel runs.
+///
+/// It evaluates `x` (the graph up to this layer), which costs nothing extra on the CPU,
+/// where MLX runs each operation as it is evaluated anyway.
+fn host_qmatmul(
+    x: &Array,
+    weight: &Array,
+    scales: &Array,
+    biases: &Array,
+    quant: Quantization,
+) -> MlxResult<Option<Array>> {
+    let (bits, group) = (quant.bits as u32, quant.group_size as usize);
+    if x.dtype() != Dtype::Float32
+        || scales.dtype() != Dtype::Float32
+        || biases.dtype() != Dtype::Float32
+        || quant.group_size <= 0
+        || !qmatmul::supports(bits, group)
+        || weight.ndim() != 2
+    {
+        return Ok(None);
+    }
+    let (Ok(packed), Ok(scales), Ok(biases)) = (
+        weight.try_as_slice::<u32>(),
+        scales.try_as_slice::<f32>(),
+        biases.try_as_slice::<f32>(),
+    ) else {
+        return Ok(None);
+    };
+    let out_features = weight.dim(0) as usize;
+    let in_features = weight.dim(1) as usize * 32 / bits as usize;
+    if x.dim(-1) as usize != in_features {
+        return Ok(None);
+    }
+    let x = x.contiguous()?;
+    let Ok(xs) = x.try_as_slice::<f32>() else {
+        return Ok(None);
+    };
+    let m = rows(&x);
+    let w = qmatmul::QuantMatrix {
+        packed,
+        scales,
+        biases,
+        rows: out_features,
+        cols: in_features,
+        bits,
+        group,
+    };
+    let mut out = vec![0f32; m * out_features];
+    if qmatmul::qmatmul(xs, m, &w, &mut out).is_err() {
+        return Ok(None);
+    }
+    let mut shape = x.shape().to_vec();
+    *shape.last_mut().expect("checked above") = out_features as i32;
+    Ok(Some(Array::from_slice(&out, &shape)))
 }
 
 /// Rows of `x` seen as a matrix `[rows, last axis]`.

@@ -6,6 +6,12 @@
 //! [`Event`]s (prefill progress, tokens, statistics, done) and a cancel switch checked
 //! before every prefill chunk and every decoded token.
 //!
+//! For an app with several chats, [`Engine::generate_in`] runs a request in a named
+//! conversation's own cache (kept until evicted or dropped with
+//! [`Engine::drop_conversation`]; [`Engine::conversations`] describes them), and a request
+//! with `max_tokens: 0` only prefills its prompt into that cache, so that the next question
+//! starts at once.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), kivi_engine::session::EngineError> {
 //! use kivi_engine::session::{Engine, EngineOptions, Event, ModelSource, Request};
@@ -41,6 +47,7 @@ use crate::hub::{
     DownloadOptions, FileSelection, HubClient, ProgressSink, Revision, SnapshotRequest,
 };
 use crate::loader::{load_local, ModelInfo};
+use crate::stats::KvStats;
 use crate::tokenizer::{TemplateError, TokenizerError};
 use worker::{Command, Worker};
 
@@ -123,6 +130,10 @@ pub struct EngineOptions {
     pub download_progress: ProgressSink,
     /// Hugging Face token for gated or private hub repositories (default: `HF_TOKEN`).
     pub hub_token: Option<String>,
+    /// Memory the model may take, in bytes; `None` asks the system what is available.
+    /// Loading refuses a model whose weights and KV cache for the whole context (in the
+    /// default cache settings) would not fit (see [`crate::budget`]).
+    pub available_memory: Option<u64>,
 }
 
 impl EngineOptions {
@@ -138,6 +149,7 @@ impl EngineOptions {
             stats_interval: DEFAULT_STATS_INTERVAL,
             download_progress: ProgressSink::default(),
             hub_token: std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()),
+            available_memory: None,
         }
     }
 }
@@ -174,7 +186,13 @@ impl Engine {
         let worker = std::thread::Builder::new()
             .name("kivi-model".into())
             .spawn(move || {
-                let loaded = match load_local(&path) {
+                let fits = crate::budget::check_fits(
+                    &path,
+                    options.context_length,
+                    &options.cache,
+                    options.available_memory,
+                );
+                let loaded = match fits.and_then(|_| load_local(&path)) {
                     Ok(loaded) => loaded,
                     Err(e) => {
                         let _ = ready_tx.send(Err(EngineError::Load(e)));
@@ -224,10 +242,23 @@ impl Engine {
 
     /// Starts a generation; its events arrive on the returned handle.
     pub fn generate(&self, request: Request) -> Generation {
+        self.start(request, None)
+    }
+
+    /// Starts a generation in `conversation`'s own KV cache: it reuses what that cache holds
+    /// of its prompt, and only that conversation's requests (or eviction, when more than
+    /// `max_cached_conversations` are in use) touch the cache. A cache built with other
+    /// settings than `request.cache` is rebuilt. `max_tokens: 0` prefills the prompt only.
+    pub fn generate_in(&self, conversation: impl Into<String>, request: Request) -> Generation {
+        self.start(request, Some(conversation.into()))
+    }
+
+    fn start(&self, request: Request, conversation: Option<String>) -> Generation {
         let (events_tx, events) = mpsc::unbounded_channel();
         let cancel = Arc::new(AtomicBool::new(false));
         let sent = self.send(Command::Generate {
             request: Box::new(request),
+            conversation,
             events: events_tx.clone(),
             cancel: cancel.clone(),
         });
@@ -249,10 +280,50 @@ impl Engine {
         answer.await.map_err(|_| EngineError::WorkerGone)?
     }
 
+    /// Number of tokens `prompt` renders to (chat template and documents included), as a
+    /// request with it would count them.
+    pub async fn count_prompt(&self, prompt: &Prompt) -> Result<usize, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::CountPrompt {
+            prompt: Box::new(prompt.clone()),
+            reply,
+        })?;
+        answer.await.map_err(|_| EngineError::WorkerGone)?
+    }
+
     /// Drops every cached conversation (frees the KV memory).
     pub fn clear_cache(&self) -> Result<(), EngineError> {
         self.send(Command::ClearCache)
     }
+
+    /// Drops one conversation's cache (a no-op when it has none). Requests already queued
+    /// run first.
+    pub fn drop_conversation(&self, conversation: impl Into<String>) -> Result<(), EngineError> {
+        self.send(Command::DropConversation {
+            conversation: conversation.into(),
+        })
+    }
+
+    /// The caches of the named conversations (see [`Engine::generate_in`]), answered after
+    /// the requests queued before this call.
+    pub async fn conversations(&self) -> Result<Vec<ConversationCache>, EngineError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Command::Conversations { reply })?;
+        answer.await.map_err(|_| EngineError::WorkerGone)
+    }
+}
+
+/// A conversation's live KV cache.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConversationCache {
+    /// The name given to [`Engine::generate_in`].
+    pub conversation: String,
+    /// The settings the cache was built with.
+    pub cache: CacheConfig,
+    /// Tokens it holds.
+    pub tokens: usize,
+    /// Its accounting, from the real buffers.
+    pub kv: KvStats,
 }
 
 impl Drop for Engine {

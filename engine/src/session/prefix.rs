@@ -3,6 +3,11 @@
 //! A slot holds one conversation's caches and the tokens they cover. A new prompt takes
 //! the slot sharing its longest prefix, truncates the caches to that prefix (a quantized
 //! cache may keep fewer tokens: it keeps whole groups) and prefills only the rest.
+//!
+//! A request may name its conversation (`Engine::generate_in`): it then always gets that
+//! conversation's slot, and anonymous requests never truncate a named slot for its prefix
+//! (they may still evict it when every slot is in use). A slot built with other cache
+//! settings is never reused: the caller rebuilds its caches (see `Slot::rebuild`).
 
 use std::time::Instant;
 
@@ -18,6 +23,8 @@ pub struct Slot {
     pub tokens: Vec<u32>,
     /// When the slot last served a request.
     pub last_used: Instant,
+    /// The conversation the slot belongs to, for requests that name one.
+    pub conversation: Option<String>,
 }
 
 impl Slot {
@@ -28,7 +35,17 @@ impl Slot {
             caches,
             tokens: Vec::new(),
             last_used: Instant::now(),
+            conversation: None,
         }
+    }
+
+    /// Empties the slot and gives it new caches of kind `choice` (a slot whose caches were
+    /// built with other settings cannot serve a request: truncating them would run it on
+    /// the old settings).
+    pub fn rebuild(&mut self, choice: CacheConfig, caches: Vec<Box<dyn KvCache>>) {
+        self.choice = choice;
+        self.caches = caches;
+        self.tokens.clear();
     }
 
     /// Keeps at most `len` tokens (in every layer the same number) and returns how many
@@ -56,25 +73,42 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// The slot to serve `prompt` with: the one of the same cache kind sharing the longest
-/// prefix, else a new one while fewer than `max_slots` exist, else the least recently used.
-/// Returns the index into `slots` (a new slot is pushed by the caller when it is `len`).
+/// The slot to serve an anonymous `prompt` with: the anonymous one of the same cache kind
+/// sharing the longest prefix, else a new one while fewer than `max_slots` exist, else the
+/// least recently used. Returns the index into `slots` (a new slot is pushed by the caller
+/// when it is `len`). The least recently used slot may have another cache kind: the caller
+/// must rebuild it then.
 pub fn choose(slots: &[Slot], choice: CacheConfig, prompt: &[u32], max_slots: usize) -> usize {
     let best = slots
         .iter()
         .enumerate()
-        .filter(|(_, s)| s.choice == choice)
+        .filter(|(_, s)| s.choice == choice && s.conversation.is_none())
         .map(|(i, s)| (common_prefix(&s.tokens, prompt), i))
         .max();
     match best {
         Some((shared, i)) if shared > 0 => i,
-        _ if slots.len() < max_slots.max(1) => slots.len(),
-        _ => slots
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, s)| s.last_used)
-            .map_or(0, |(i, _)| i),
+        _ => new_or_least_recent(slots, max_slots),
     }
+}
+
+/// The slot of `conversation`, else a new one while fewer than `max_slots` exist, else the
+/// least recently used (which the caller hands over to the conversation).
+pub fn choose_for(slots: &[Slot], conversation: &str, max_slots: usize) -> usize {
+    slots
+        .iter()
+        .position(|s| s.conversation.as_deref() == Some(conversation))
+        .unwrap_or_else(|| new_or_least_recent(slots, max_slots))
+}
+
+fn new_or_least_recent(slots: &[Slot], max_slots: usize) -> usize {
+    if slots.len() < max_slots.max(1) {
+        return slots.len();
+    }
+    slots
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, s)| s.last_used)
+        .map_or(0, |(i, _)| i)
 }
 
 #[cfg(test)]
@@ -100,5 +134,17 @@ mod tests {
         assert_eq!(choose(&slots, CacheConfig::Full, &[7], 4), 3);
         let kivi = CacheConfig::Kivi(crate::cache::KiviConfig::default());
         assert_eq!(choose(&slots, kivi, &[1, 2, 3], 4), 3);
+    }
+
+    #[test]
+    fn conversations_keep_their_own_slots() {
+        let mut slots = vec![slot(&[1, 2, 3]), slot(&[1, 2, 9, 9])];
+        slots[1].conversation = Some("chat-1".into());
+        assert_eq!(choose_for(&slots, "chat-1", 2), 1);
+        // Unknown conversation: a new slot while there is room, else the oldest.
+        assert_eq!(choose_for(&slots, "chat-2", 3), 2);
+        assert_eq!(choose_for(&slots, "chat-2", 2), 0);
+        // An anonymous prompt does not take over a conversation's slot for its prefix.
+        assert_eq!(choose(&slots, CacheConfig::Full, &[1, 2, 9, 4], 2), 0);
     }
 }

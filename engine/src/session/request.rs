@@ -61,7 +61,8 @@ pub struct Request {
     pub prompt: Prompt,
     /// How to pick tokens.
     pub sampling: SamplingParams,
-    /// Stop after this many generated tokens.
+    /// Stop after this many generated tokens; 0 only prefills the prompt into the cache
+    /// (the generation ends with `Done`, reason `Length`, and no token).
     pub max_tokens: usize,
     /// KV cache to run with; `None` uses the engine's default.
     pub cache: Option<CacheConfig>,

@@ -10,8 +10,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 
 use super::prefix::{self, Slot};
-use super::request::{Event, FinishReason, Request};
-use super::{prompt, EngineError, EngineOptions};
+use super::request::{Event, FinishReason, Prompt, Request};
+use super::{prompt, ConversationCache, EngineError, EngineOptions};
 use crate::cache::CacheConfig;
 use crate::loader::LoadedModel;
 use crate::sampling::Sampler;
@@ -20,9 +20,11 @@ use crate::tokenizer::TextStream;
 
 /// Work for the model thread.
 pub enum Command {
-    /// Run a request, reporting to `events`, until done or `cancel` is set.
+    /// Run a request, reporting to `events`, until done or `cancel` is set; with a
+    /// conversation, in that conversation's cache slot.
     Generate {
         request: Box<Request>,
+        conversation: Option<String>,
         events: UnboundedSender<Event>,
         cancel: Arc<AtomicBool>,
     },
@@ -31,8 +33,19 @@ pub enum Command {
         text: String,
         reply: oneshot::Sender<Result<usize, EngineError>>,
     },
+    /// Count the tokens of a rendered prompt.
+    CountPrompt {
+        prompt: Box<Prompt>,
+        reply: oneshot::Sender<Result<usize, EngineError>>,
+    },
     /// Forget every cached conversation.
     ClearCache,
+    /// Forget one conversation's cache.
+    DropConversation { conversation: String },
+    /// Describe the caches of the named conversations.
+    Conversations {
+        reply: oneshot::Sender<Vec<ConversationCache>>,
+    },
 }
 
 /// The model thread's state.
@@ -79,10 +92,11 @@ impl Worker {
             match command {
                 Command::Generate {
                     request,
+                    conversation,
                     events,
                     cancel,
                 } => {
-                    if let Err(e) = self.generate(&request, &events, &cancel) {
+                    if let Err(e) = self.generate(&request, conversation, &events, &cancel) {
                         if matches!(e, EngineError::Model(_)) {
                             // A failed step may have appended to some layers' caches and
                             // not others: those caches no longer match their tokens.
@@ -102,7 +116,30 @@ impl Worker {
                         .map_err(EngineError::from);
                     let _ = reply.send(count);
                 }
+                Command::CountPrompt { prompt, reply } => {
+                    let count =
+                        prompt::encode(&self.loaded.tokenizer, &prompt).map(|ids| ids.len());
+                    let _ = reply.send(count);
+                }
                 Command::ClearCache => self.slots.clear(),
+                Command::DropConversation { conversation } => self
+                    .slots
+                    .retain(|s| s.conversation.as_deref() != Some(conversation.as_str())),
+                Command::Conversations { reply } => {
+                    let caches = self
+                        .slots
+                        .iter()
+                        .filter_map(|s| {
+                            Some(ConversationCache {
+                                conversation: s.conversation.clone()?,
+                                cache: s.choice,
+                                tokens: s.tokens.len(),
+                                kv: KvStats::from_caches(&s.caches),
+                            })
+                        })
+                        .collect();
+                    let _ = reply.send(caches);
+                }
             }
         }
     }
@@ -113,19 +150,26 @@ impl Worker {
         &mut self,
         choice: CacheConfig,
         prompt: &[u32],
+        conversation: Option<String>,
     ) -> Result<(usize, usize), EngineError> {
-        let index = prefix::choose(
-            &self.slots,
-            choice,
-            prompt,
-            self.options.max_cached_conversations,
-        );
+        let max = self.options.max_cached_conversations;
+        let index = match &conversation {
+            Some(id) => prefix::choose_for(&self.slots, id, max),
+            None => prefix::choose(&self.slots, choice, prompt, max),
+        };
         let layers = self.loaded.model.config().num_layers;
         if index == self.slots.len() {
             let caches = choice.make_layers(layers);
             self.slots.push(Slot::new(choice, caches));
         }
         let slot = &mut self.slots[index];
+        // A slot built with other settings (the least recently used one when every slot is
+        // in use, or a conversation whose settings changed) gets new caches: truncating its
+        // old ones would run this request on the old settings.
+        if slot.choice != choice {
+            slot.rebuild(choice, choice.make_layers(layers));
+        }
+        slot.conversation = conversation;
         // At least the last prompt token must run, to get the logits of what follows.
         let shared = prefix::common_prefix(&slot.tokens, prompt).min(prompt.len() - 1);
         let reused = slot.truncate(shared)?;
@@ -170,6 +214,7 @@ impl Worker {
     fn generate(
         &mut self,
         request: &Request,
+        conversation: Option<String>,
         events: &UnboundedSender<Event>,
         cancel: &AtomicBool,
     ) -> Result<(), EngineError> {
@@ -182,7 +227,7 @@ impl Worker {
             });
         }
         let choice = request.cache.unwrap_or(self.options.cache);
-        let (slot, reused) = self.prepare_slot(choice, &prompt)?;
+        let (slot, reused) = self.prepare_slot(choice, &prompt, conversation)?;
         let _ = events.send(Event::Started {
             prompt_tokens: prompt.len(),
             reused_tokens: reused,
@@ -249,6 +294,17 @@ impl Worker {
         }
         clock.prefill_end = Some(Instant::now());
         let mut logits = logits.expect("at least one prompt token is prefilled");
+        if request.max_tokens == 0 {
+            // A prefill-only request: the prompt is in the cache for the next one.
+            return self.finish(
+                slot,
+                FinishReason::Length,
+                String::new(),
+                &clock,
+                counts,
+                events,
+            );
+        }
 
         // Decode.
         let mut sampler = Sampler::new(request.sampling.clone());

@@ -4,11 +4,14 @@
 //! and special ids, and names its pre-tokenizer (`tokenizer.ggml.pre`) instead of spelling
 //! it out. The split rules below are those llama.cpp applies for each name, which are the
 //! rules of the model's original `tokenizer.json`.
+//!
+//! The metadata comes from the pure-Rust GGUF reader ([`crate::gguf`]), not from MLX.
 
 use serde_json::{json, Value};
 
 use super::Tokenizer;
 use crate::error::LoadError;
+use crate::gguf::{GgufError, Metadata};
 use crate::weights::gguf::{ids, Gguf};
 
 /// llama.cpp token types.
@@ -58,7 +61,17 @@ fn pre_tokenizer(pre: &str) -> Result<(Value, Value), LoadError> {
 impl Tokenizer {
     /// Builds the tokenizer a GGUF file describes (byte-level BPE vocabularies only).
     pub fn from_gguf(g: &Gguf) -> Result<Self, LoadError> {
-        let model = g.string("tokenizer.ggml.model")?.unwrap_or_default();
+        Self::from_gguf_metadata(&g.header().metadata)
+    }
+
+    /// Builds the tokenizer from GGUF metadata, read by the pure-Rust reader (so that it
+    /// can be fuzzed without a model file and without MLX).
+    pub fn from_gguf_metadata(g: &Metadata) -> Result<Self, LoadError> {
+        let err = |e: GgufError| LoadError::Tokenizer(e.to_string());
+        let model = g
+            .string("tokenizer.ggml.model")
+            .map_err(err)?
+            .unwrap_or_default();
         if model != "gpt2" {
             return Err(LoadError::Tokenizer(format!(
                 "GGUF tokenizer model {model:?} is not supported: only byte-level BPE (\"gpt2\") \
@@ -67,15 +80,21 @@ impl Tokenizer {
         }
         let missing = |key: &str| LoadError::Tokenizer(format!("GGUF metadata lacks {key}"));
         let tokens = g
-            .strings("tokenizer.ggml.tokens")?
+            .strings("tokenizer.ggml.tokens")
+            .map_err(err)?
             .ok_or_else(|| missing("tokenizer.ggml.tokens"))?;
         let merges = g
-            .strings("tokenizer.ggml.merges")?
+            .strings("tokenizer.ggml.merges")
+            .map_err(err)?
             .ok_or_else(|| missing("tokenizer.ggml.merges"))?;
-        let types = g.numbers("tokenizer.ggml.token_type")?.unwrap_or_default();
+        let types = g
+            .numbers("tokenizer.ggml.token_type")
+            .map_err(err)?
+            .unwrap_or_default();
         let (pre_tokenizer, normalizer) = pre_tokenizer(
-            &g.string("tokenizer.ggml.pre")?
-                .unwrap_or_else(|| "default".into()),
+            g.string("tokenizer.ggml.pre")
+                .map_err(err)?
+                .unwrap_or("default"),
         )?;
 
         let added: Vec<Value> = tokens
@@ -114,20 +133,30 @@ impl Tokenizer {
             .parse()
             .map_err(|e| LoadError::Tokenizer(format!("cannot build the GGUF vocabulary: {e}")))?;
 
-        let token =
-            |key: &str| -> Result<Option<u32>, LoadError> { Ok(g.number(key)?.map(|v| v as u32)) };
+        let token = |key: &str| -> Result<Option<u32>, LoadError> {
+            Ok(g.number(key).map_err(err)?.map(|v| v as u32))
+        };
         let text_of = |id: Option<u32>| id.and_then(|i| tokens.get(i as usize).cloned());
         let bos = text_of(token("tokenizer.ggml.bos_token_id")?);
         let eos_id = token("tokenizer.ggml.eos_token_id")?;
         let eos = text_of(eos_id);
         let add_bos = g
-            .number("tokenizer.ggml.add_bos_token")?
+            .number("tokenizer.ggml.add_bos_token")
+            .map_err(err)?
             .is_some_and(|v| v != 0.0);
         let mut stop_ids: Vec<u32> = eos_id.into_iter().collect();
         for key in ["tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
-            stop_ids.extend(g.numbers(key)?.map(|v| ids(&v)).unwrap_or_default());
+            stop_ids.extend(
+                g.numbers(key)
+                    .map_err(err)?
+                    .map(|v| ids(&v))
+                    .unwrap_or_default(),
+            );
         }
-        let template = g.string("tokenizer.chat_template")?;
+        let template = g
+            .string("tokenizer.chat_template")
+            .map_err(err)?
+            .map(str::to_owned);
         Self::assemble(inner, bos, eos, add_bos, stop_ids, template)
     }
 }

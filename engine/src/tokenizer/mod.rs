@@ -189,6 +189,11 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// The largest token id the tokenizer can produce (added tokens included).
+    pub fn max_token_id(&self) -> Option<u32> {
+        self.inner.get_vocab(true).into_values().max()
+    }
+
     /// The end-of-sequence token text.
     pub fn eos_token(&self) -> Option<&str> {
         self.eos.as_deref()

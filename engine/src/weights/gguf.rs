@@ -21,6 +21,8 @@ const GGUF_GROUP_SIZE: i32 = 32;
 pub struct Gguf {
     file: GgufFile,
     path: PathBuf,
+    /// The header as the pure-Rust reader validated it.
+    header: crate::gguf::GgufHeader,
 }
 
 impl Gguf {
@@ -33,6 +35,8 @@ impl Gguf {
                 hint: "pass --model with an existing .gguf file or model folder".into(),
             });
         }
+        // MLX's reader trusts every length and offset in the file: check them first.
+        let header = crate::gguf::validate_file(path)?;
         let file = GgufFile::load(path).map_err(|source| LoadError::Gguf {
             path: path.to_path_buf(),
             source,
@@ -40,7 +44,13 @@ impl Gguf {
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            header,
         })
+    }
+
+    /// The validated header: metadata and tensor descriptions, read in pure Rust.
+    pub fn header(&self) -> &crate::gguf::GgufHeader {
+        &self.header
     }
 
     fn gguf_err(&self, source: mlx_rs::io::GgufError) -> LoadError {
@@ -104,9 +114,10 @@ impl Gguf {
         let num_kv_heads = self
             .number(&key("attention.head_count_kv"))?
             .map_or(num_heads, |v| v as usize);
-        let head_dim = self
-            .number(&key("attention.key_length"))?
-            .map_or(hidden_size / num_heads.max(1), |v| v as usize);
+        let head_dim = match self.number(&key("attention.key_length"))? {
+            Some(v) => v as usize,
+            None => crate::model::config::derived_head_dim(hidden_size, num_heads)?,
+        };
         let vocab_size = match self.number(&key("vocab_size"))? {
             Some(v) => v as usize,
             None => self

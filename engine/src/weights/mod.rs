@@ -53,6 +53,11 @@ impl Weights {
         self.tensors.contains_key(name)
     }
 
+    /// A tensor's shape, if present.
+    pub fn shape(&self, name: &str) -> Option<&[i32]> {
+        self.tensors.get(name).map(|a| a.shape())
+    }
+
     /// Removes a tensor, converted to the compute dtype when it holds floats.
     ///
     /// The tensor is evaluated here, so that reading and converting the file happens while

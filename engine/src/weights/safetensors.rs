@@ -104,6 +104,71 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     Ok(files)
 }
 
+/// Largest safetensors header (the `safetensors` crate's limit).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// Checks a safetensors file's header against the file before MLX reads it: the header
+/// length, the JSON, every tensor's dtype, shape and offsets (in range, contiguous, not
+/// overlapping, sized as dtype times shape), and that the tensors fill the file.
+pub fn check_header(path: &Path) -> Result<(), LoadError> {
+    use std::io::Read;
+    let io = |source| LoadError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut prefix = [0u8; 8];
+    let header_len = if len < 8 {
+        None
+    } else {
+        file.read_exact(&mut prefix).map_err(io)?;
+        Some(u64::from_le_bytes(prefix))
+    };
+    let header = match header_len {
+        Some(n) if n <= MAX_HEADER_BYTES && n <= len - 8 => {
+            let mut header = vec![0u8; n as usize];
+            file.read_exact(&mut header).map_err(io)?;
+            Some(header)
+        }
+        _ => None,
+    };
+    let checked = match header {
+        Some(header) => check_header_bytes(&header, len - 8 - header.len() as u64),
+        None => Err(format!(
+            "its header length ({}) does not fit the file's {len} bytes",
+            header_len.map_or("missing".to_string(), |n| n.to_string())
+        )),
+    };
+    checked.map_err(|why| {
+        LoadError::Weights(format!(
+            "{} is not a valid safetensors file: {why}; download the model again",
+            path.display()
+        ))
+    })
+}
+
+/// Checks a safetensors header (the JSON after the length) for a data section of
+/// `data_len` bytes; says what is wrong.
+pub fn check_header_bytes(header: &[u8], data_len: u64) -> Result<(), String> {
+    let metadata: safetensors::tensor::Metadata =
+        serde_json::from_slice(header).map_err(|e| format!("its header is not valid: {e}"))?;
+    let mut end = 0u64;
+    for (name, info) in metadata.tensors() {
+        if info.shape.iter().any(|&d| d > i32::MAX as usize) {
+            return Err(format!("tensor {name:?} has a dimension over 2^31"));
+        }
+        end = end.max(info.data_offsets.1 as u64);
+    }
+    if end != data_len {
+        return Err(format!(
+            "its tensors take {end} bytes but the file holds {data_len} after the header \
+             (truncated or padded)"
+        ));
+    }
+    Ok(())
+}
+
 /// Loads every tensor of the folder's checkpoint.
 pub fn load_weights(dir: &Path, config: &Value) -> Result<Weights, LoadError> {
     let scheme = quant_scheme(config)?;
@@ -116,6 +181,7 @@ pub fn load_weights(dir: &Path, config: &Value) -> Result<Weights, LoadError> {
                 hint: "the download is incomplete; fetch the model again".into(),
             });
         }
+        check_header(&path)?;
         let shard = Array::load_safetensors(&path)
             .map_err(|e| LoadError::Weights(format!("cannot read {}: {e}", path.display())))?;
         tensors.extend(

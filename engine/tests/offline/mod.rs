@@ -49,7 +49,11 @@ pub struct Outcome {
 
 /// Runs a request to the end.
 pub async fn run(engine: &Engine, request: Request) -> Outcome {
-    let mut generation = engine.generate(request);
+    collect(engine.generate(request)).await
+}
+
+/// Every event of a generation.
+pub async fn collect(mut generation: kivi_engine::session::Generation) -> Outcome {
     let mut out = Outcome::default();
     while let Some(event) = generation.next().await {
         match &event {
@@ -74,4 +78,9 @@ pub async fn run(engine: &Engine, request: Request) -> Outcome {
         out.events.push(event);
     }
     out
+}
+
+/// Runs a request to the end in a named conversation's cache.
+pub async fn run_in(engine: &Engine, conversation: &str, request: Request) -> Outcome {
+    collect(engine.generate_in(conversation, request)).await
 }

@@ -1,0 +1,316 @@
+//! Refusing a model that would not fit in memory, before any of it is loaded.
+//!
+//! Loading a model too large for the machine does not fail cleanly: the system swaps
+//! until it stalls, or kills the app. So [`check_fits`] estimates what a model needs and
+//! refuses it when that exceeds the memory available, with a
+//! [`LoadError::InsufficientMemory`] that gives the numbers and what to change. The
+//! estimate, from the files' headers alone:
+//!
+//! - weights as they will sit in memory: a GGUF file's tensor table (MLX keeps Q4_0,
+//!   Q4_1 and Q8_0 packed, with scales and biases in the compute dtype; everything else
+//!   becomes the compute dtype), a safetensors checkpoint's file size (twice that for a
+//!   half-precision checkpoint on a float32 device);
+//! - a KV cache holding the whole context in the chosen cache settings ([`kv_cache_bytes`],
+//!   KIVI's packed data, scales, zeros and residual window included);
+//! - the runtime and activations, as the download warning counts them
+//!   ([`crate::hub::MemoryEstimate`]).
+//!
+//! The available memory is the system's (`sysinfo`), or a figure the caller injects
+//! ([`crate::session::EngineOptions::available_memory`]), which is how the tests drive it.
+
+use std::path::Path;
+
+use mlx_rs::Dtype;
+
+use crate::cache::CacheConfig;
+use crate::device::compute_dtype;
+use crate::error::LoadError;
+use crate::gguf::{GgufHeader, Metadata};
+use crate::hub::MemoryEstimate;
+use crate::model::ModelConfig;
+use crate::weights::safetensors::read_json;
+
+/// What a model needs in memory, in bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemoryNeed {
+    /// The weights once loaded.
+    pub weights: u64,
+    /// A KV cache for the whole context.
+    pub kv_cache: u64,
+    /// Runtime and activations.
+    pub overhead: u64,
+    /// The context the KV cache was counted for.
+    pub context: usize,
+    /// The cache settings it was counted with.
+    pub cache: CacheConfig,
+}
+
+impl MemoryNeed {
+    /// Everything together.
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.overhead
+    }
+
+    /// A one-line breakdown for messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "weights {}, KV cache {} for {} tokens with the {} cache, runtime {}",
+            gib(self.weights),
+            gib(self.kv_cache),
+            self.context,
+            self.cache,
+            gib(self.overhead)
+        )
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// The shape of a model's KV cache: what [`kv_cache_bytes`] needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    /// Transformer blocks (one cache each).
+    pub layers: usize,
+    /// Key/value heads per layer.
+    pub kv_heads: usize,
+    /// Channels per head.
+    pub head_dim: usize,
+}
+
+/// Bytes of one model's KV caches holding `tokens` positions, keys and values in
+/// `dtype_bytes`-byte floats (the compute dtype; KIVI's scales and zeros too).
+pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_bytes: u64) -> u64 {
+    let (t, d) = (tokens as u64, shape.head_dim as u64);
+    let per_head = match cache {
+        CacheConfig::Full => 2 * t * d * dtype_bytes,
+        CacheConfig::Kivi(k) => {
+            let (r, g) = (k.residual_length() as u64, k.group_size() as u64);
+            // Tokens age out of the residual window in whole groups (DESIGN.md).
+            let quantized = t.saturating_sub(r) / g * g;
+            let residual = t - quantized;
+            let value_group = g.min(d).max(1);
+            let keys =
+                quantized * d * u64::from(k.key_bits()) / 8 + quantized / g * d * 2 * dtype_bytes;
+            let values = quantized * d * u64::from(k.value_bits()) / 8
+                + quantized * d.div_ceil(value_group) * 2 * dtype_bytes;
+            keys + values + 2 * residual * d * dtype_bytes
+        }
+    };
+    per_head * (shape.layers * shape.kv_heads) as u64
+}
+
+/// Bytes per element of the compute dtype.
+fn compute_bytes() -> u64 {
+    match compute_dtype() {
+        Dtype::Float16 | Dtype::Bfloat16 => 2,
+        Dtype::Float64 => 8,
+        _ => 4,
+    }
+}
+
+/// Estimates the memory the model at `path` needs with a KV cache for `context` tokens
+/// (`None`: the model's own context length; longer requests are clamped to it, the
+/// loader refuses them on its own).
+pub fn estimate(
+    path: &Path,
+    context: Option<usize>,
+    cache: &CacheConfig,
+) -> Result<MemoryNeed, LoadError> {
+    let dtype = compute_bytes();
+    let (weights, shape, max_context) = match model_files(path)? {
+        Files::Gguf(file) => {
+            let header = crate::gguf::validate_file(&file)?;
+            let (shape, max_context) = gguf_shape(&header.metadata);
+            (gguf_weight_bytes(&header, dtype), shape, max_context)
+        }
+        Files::Folder(dir) => {
+            let json = read_json(&dir.join("config.json"))?;
+            let config = ModelConfig::from_hf_json(&json)?;
+            let stored: u64 = safetensors_files(&dir)?
+                .iter()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .map(|m| m.len())
+                .sum();
+            let half = matches!(
+                json.get("torch_dtype").and_then(|v| v.as_str()),
+                Some("float16" | "bfloat16")
+            );
+            let dense = json.get("quantization").is_none();
+            let weights = if half && dense && dtype == 4 {
+                stored * 2
+            } else {
+                stored
+            };
+            (weights, Some(kv_shape(&config)), config.context_length)
+        }
+    };
+    let context = context.unwrap_or(max_context).min(max_context);
+    let kv_cache = shape.map_or(0, |s| kv_cache_bytes(s, context, cache, dtype));
+    let overhead = MemoryEstimate::from_weights(weights).overhead_bytes;
+    Ok(MemoryNeed {
+        weights,
+        kv_cache,
+        overhead,
+        context,
+        cache: *cache,
+    })
+}
+
+/// Refuses the model when its estimate exceeds `available` bytes (`None`: what the
+/// system has available now).
+pub fn check_fits(
+    path: &Path,
+    context: Option<usize>,
+    cache: &CacheConfig,
+    available: Option<u64>,
+) -> Result<MemoryNeed, LoadError> {
+    let need = estimate(path, context, cache)?;
+    let available = available.unwrap_or_else(available_memory);
+    if need.total() > available {
+        return Err(LoadError::InsufficientMemory {
+            needed: need.total(),
+            available,
+            detail: need.describe(),
+        });
+    }
+    Ok(need)
+}
+
+/// Memory available for new allocations now, as the system reports it.
+pub fn available_memory() -> u64 {
+    let mut system = sysinfo::System::new();
+    system.refresh_memory();
+    system.available_memory()
+}
+
+fn kv_shape(c: &ModelConfig) -> KvShape {
+    KvShape {
+        layers: c.num_layers,
+        kv_heads: c.num_kv_heads,
+        head_dim: c.head_dim,
+    }
+}
+
+/// Where a model's files are, as the loader looks for them.
+enum Files {
+    Gguf(std::path::PathBuf),
+    Folder(std::path::PathBuf),
+}
+
+fn model_files(path: &Path) -> Result<Files, LoadError> {
+    if path.is_file() {
+        return Ok(Files::Gguf(path.to_path_buf()));
+    }
+    if path.join("config.json").is_file() {
+        return Ok(Files::Folder(path.to_path_buf()));
+    }
+    let ggufs: Vec<_> = std::fs::read_dir(path)
+        .map_err(|source| LoadError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
+        .collect();
+    match ggufs.as_slice() {
+        [one] => Ok(Files::Gguf(one.clone())),
+        // No model, or several: the loader says which.
+        _ => Ok(Files::Folder(path.to_path_buf())),
+    }
+}
+
+fn safetensors_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, LoadError> {
+    Ok(std::fs::read_dir(dir)
+        .map_err(|source| LoadError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .collect())
+}
+
+/// The KV shape and context from GGUF metadata (`None` when keys are missing: the loader
+/// then refuses the file with the precise reason).
+fn gguf_shape(m: &Metadata) -> (Option<KvShape>, usize) {
+    let arch = m
+        .string("general.architecture")
+        .ok()
+        .flatten()
+        .unwrap_or("");
+    let num = |key: &str| {
+        m.number(&format!("{arch}.{key}"))
+            .ok()
+            .flatten()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .map(|v| v as usize)
+    };
+    let context = num("context_length").unwrap_or(4096);
+    let shape = (|| {
+        let heads = num("attention.head_count")?;
+        let head_dim = num("attention.key_length")
+            .or_else(|| Some(num("embedding_length")? / heads.max(1)))?;
+        Some(KvShape {
+            layers: num("block_count")?,
+            kv_heads: num("attention.head_count_kv").unwrap_or(heads),
+            head_dim,
+        })
+    })();
+    (shape, context)
+}
+
+/// The weights' bytes once MLX has loaded them and the engine converted floats.
+fn gguf_weight_bytes(header: &GgufHeader, dtype: u64) -> u64 {
+    header
+        .tensors
+        .iter()
+        .map(|t| {
+            let elements = t.elements();
+            match t.ggml_type.name {
+                // Packed to 4 or 8 bits, one scale and one bias per 32 elements.
+                "Q4_0" | "Q4_1" => elements / 2 + elements / 32 * 2 * dtype,
+                "Q8_0" => elements + elements / 32 * 2 * dtype,
+                _ => elements * dtype,
+            }
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::KiviConfig;
+
+    const SHAPE: KvShape = KvShape {
+        layers: 30,
+        kv_heads: 3,
+        head_dim: 64,
+    };
+
+    #[test]
+    fn full_cache_bytes() {
+        // SmolLM2 at 8k tokens in float32: 30 layers x 3 heads x 64 x 2 (K and V) x 4.
+        assert_eq!(
+            kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, 4),
+            8192 * 30 * 3 * 64 * 2 * 4
+        );
+        assert_eq!(kv_cache_bytes(SHAPE, 0, &CacheConfig::Full, 4), 0);
+    }
+
+    #[test]
+    fn kivi_cache_bytes_follow_the_flush_rule() {
+        let k2 = CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 128).unwrap());
+        // Within the window (R + G - 1 tokens) everything is full precision.
+        let one = |t| kv_cache_bytes(SHAPE, t, &k2, 4) / 90;
+        assert_eq!(one(159), 2 * 159 * 64 * 4);
+        // One token more and a group of 32 is quantized: 2 bits per element plus a scale
+        // and a zero per key channel and per value group.
+        let quantized = 32 * 64 * 2 / 8 * 2 + (64 + 32 * 2) * 2 * 4;
+        assert_eq!(one(160), quantized + 2 * 128 * 64 * 4);
+        let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, 4);
+        let kivi = kv_cache_bytes(SHAPE, 8192, &k2, 4);
+        assert!(kivi * 5 < full, "{kivi} vs {full}");
+    }
+}

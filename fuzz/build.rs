@@ -1,0 +1,5 @@
+include!("../scripts/build/mlx_link.rs");
+
+fn main() {
+    link_mlx();
+}

@@ -1,0 +1,54 @@
+//! CPU kernels on host memory (plain Rust plus the BLAS MLX already loads), for the parts
+//! of a forward pass where MLX's CPU back end is slow:
+//!
+//! - [`blas`]: `sgemm`, resolved at run time from the process's BLAS (OpenBLAS on Linux),
+//!   with a plain-Rust fallback;
+//! - [`softmax`]: a vectorizable `exp` and row softmax. The MLX wheel for x86 computes
+//!   `exp` one lane at a time through `fmaf` calls, which made softmax the largest cost of a
+//!   long prefill;
+//! - [`attention`]: float32 attention over keys and values held as host slices (several
+//!   segments, token- or channel-major), causal within a chunk, grouped-query heads.
+//!
+//! Everything here is tested against plain loops in f64 (`kernels/tests/host.rs`).
+
+pub mod attention;
+pub mod blas;
+pub mod softmax;
+
+/// Runs `f` with AVX2 and FMA enabled when the CPU has them, so that the compiler
+/// vectorizes its loops eight lanes wide; otherwise runs it as compiled for the baseline.
+#[inline(always)]
+pub(crate) fn with_simd<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        if has_avx2() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+            return unsafe { avx2(f) };
+        }
+    }
+    f()
+}
+
+/// Whether the CPU has AVX2 and FMA (cached).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx2() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+}
+
+/// Whether attention runs the host kernels instead of MLX's CPU operations: on MLX's CPU
+/// back end (not macOS, where MLX runs on Metal), unless `KIVI_HOST_ATTENTION=0` (for
+/// comparisons).
+pub fn enabled() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        cfg!(not(target_os = "macos"))
+            && std::env::var("KIVI_HOST_ATTENTION").map_or(true, |v| v != "0")
+    })
+}

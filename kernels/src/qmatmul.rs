@@ -1,0 +1,409 @@
+//! `x @ W^T` for a weight matrix in MLX's affine quantized layout, in plain Rust for the CPU.
+//!
+//! MLX's CPU `quantized_matmul` dequantizes every weight in a scalar loop (about 0.7 ms for
+//! a 1536x576 4-bit matrix and one input row, 22-39 ms for SmolLM2's 49152x576 output
+//! head), which made it most of a decode step. This kernel factors the scale and bias out
+//! of each group,
+//!
+//! `y_o = sum_g s_og * (sum_{i in g} code_oi * x_i) + sum_g b_og * (sum_{i in g} x_i)`,
+//!
+//! so the inner loop is one multiply-add per code; with AVX2 and FMA (detected at run time)
+//! a packed `u32` word is unpacked into eight lanes at once with variable shifts. The layout
+//! is MLX's: `packed` is `[out, in * bits / 32]`, code `j` of a word sits at bits
+//! `[j * bits, (j + 1) * bits)`, `scales` and `biases` are `[out, in / group]`, and the
+//! weight is `code * scale + bias`.
+//!
+//! Bits 2, 4 and 8 are supported. Results agree with MLX's kernel to float rounding (the
+//! sums run in a different order); tested in `kernels/tests/qmatmul.rs`.
+
+use crate::KernelError;
+
+/// A quantized weight matrix `[rows, cols]` as host slices, in MLX's layout.
+#[derive(Debug, Clone, Copy)]
+pub struct QuantMatrix<'a> {
+    /// Packed codes, `[rows, cols * bits / 32]`.
+    pub packed: &'a [u32],
+    /// One scale per group, `[rows, cols / group]`.
+    pub scales: &'a [f32],
+    /// One bias per group, `[rows, cols / group]`.
+    pub biases: &'a [f32],
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// Bits per code (2, 4 or 8).
+    pub bits: u32,
+    /// Inputs per scale/bias pair.
+    pub group: usize,
+}
+
+/// True when [`qmatmul`] handles this bit width and group size.
+pub fn supports(bits: u32, group: usize) -> bool {
+    matches!(bits, 2 | 4 | 8) && group > 0 && group.is_multiple_of(32 / bits as usize)
+}
+
+impl QuantMatrix<'_> {
+    fn check(&self) -> Result<(), KernelError> {
+        if !supports(self.bits, self.group) || !self.cols.is_multiple_of(self.group) {
+            return Err(KernelError::Shape(format!(
+                "quantized matmul over {} bits, groups of {}, {} inputs is not supported",
+                self.bits, self.group, self.cols
+            )));
+        }
+        let words = self.rows * self.cols * self.bits as usize / 32;
+        let groups = self.rows * self.cols / self.group;
+        if self.packed.len() != words || self.scales.len() != groups || self.biases.len() != groups
+        {
+            return Err(KernelError::Shape(format!(
+                "a {}x{} matrix at {} bits in groups of {} needs {words} words and {groups} \
+                 scales and biases, got {}, {} and {}",
+                self.rows,
+                self.cols,
+                self.bits,
+                self.group,
+                self.packed.len(),
+                self.scales.len(),
+                self.biases.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// `out = x @ W^T` for `m` input rows `x` (`[m, cols]`), writing `out` (`[m, rows]`).
+pub fn qmatmul(
+    x: &[f32],
+    m: usize,
+    w: &QuantMatrix<'_>,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    w.check()?;
+    if x.len() != m * w.cols || out.len() != m * w.rows {
+        return Err(KernelError::Shape(format!(
+            "inputs of {} floats and outputs of {} for {m} rows of a {}x{} matrix",
+            x.len(),
+            out.len(),
+            w.rows,
+            w.cols
+        )));
+    }
+    let groups = w.cols / w.group;
+    // Per input row, the sum of each group of inputs: the bias term's factor.
+    let xsums: Vec<f32> = x
+        .chunks_exact(w.group)
+        .map(|g| g.iter().sum::<f32>())
+        .collect();
+    let words_per_row = w.cols * w.bits as usize / 32;
+    let kernel = dot_kernel();
+    for r in 0..m {
+        let xr = &x[r * w.cols..(r + 1) * w.cols];
+        let xs = &xsums[r * groups..(r + 1) * groups];
+        let out_row = &mut out[r * w.rows..(r + 1) * w.rows];
+        for (o, y) in out_row.iter_mut().enumerate() {
+            let packed = &w.packed[o * words_per_row..(o + 1) * words_per_row];
+            let scales = &w.scales[o * groups..(o + 1) * groups];
+            let biases = &w.biases[o * groups..(o + 1) * groups];
+            let bias: f32 = biases.iter().zip(xs).map(|(b, s)| b * s).sum();
+            // SAFETY: `dot_kernel` only returns the AVX2 kernel when the CPU has AVX2 and
+            // FMA; the slices' lengths were checked above.
+            *y = unsafe { kernel(packed, scales, xr, w.bits, w.group) } + bias;
+        }
+    }
+    Ok(())
+}
+
+type DotKernel = unsafe fn(&[u32], &[f32], &[f32], u32, usize) -> f32;
+
+/// The fastest row kernel this CPU runs.
+fn dot_kernel() -> DotKernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static HAS_AVX2: OnceLock<bool> = OnceLock::new();
+        if *HAS_AVX2
+            .get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+        {
+            return avx2::scaled_dot;
+        }
+    }
+    scaled_dot_portable
+}
+
+/// `sum_g scale_g * sum_{i in g} code_i * x_i` over one row, in plain Rust.
+///
+/// # Safety
+/// None beyond the slice lengths, which the caller checked (`unsafe` only to share the
+/// signature of the SIMD kernels).
+unsafe fn scaled_dot_portable(
+    packed: &[u32],
+    scales: &[f32],
+    x: &[f32],
+    bits: u32,
+    group: usize,
+) -> f32 {
+    let per_word = 32 / bits as usize;
+    let mask = (1u32 << bits) - 1;
+    let words_per_group = group / per_word;
+    let mut total = 0f32;
+    for (g, (words, xg)) in packed
+        .chunks_exact(words_per_group)
+        .zip(x.chunks_exact(group))
+        .enumerate()
+    {
+        let mut acc = 0f32;
+        for (word, xw) in words.iter().zip(xg.chunks_exact(per_word)) {
+            for (j, xi) in xw.iter().enumerate() {
+                acc += ((word >> (j as u32 * bits)) & mask) as f32 * xi;
+            }
+        }
+        total += scales[g] * acc;
+    }
+    total
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Horizontal sum of eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps::<1>(v);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps::<0b01>(s, s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// The AVX2 + FMA version of `scaled_dot_portable`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA; `packed` holds `x.len() * bits / 32` words and
+    /// `scales` `x.len() / group` values.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn scaled_dot(
+        packed: &[u32],
+        scales: &[f32],
+        x: &[f32],
+        bits: u32,
+        group: usize,
+    ) -> f32 {
+        let groups = scales.len();
+        let xp = x.as_ptr();
+        let wp = packed.as_ptr();
+        let mut total = _mm256_setzero_ps();
+        match bits {
+            4 => {
+                // One word: eight codes, lanes j = (word >> 4j) & 15.
+                let shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+                let mask = _mm256_set1_epi32(15);
+                let words = group / 8;
+                for g in 0..groups {
+                    let mut acc0 = _mm256_setzero_ps();
+                    let mut acc1 = _mm256_setzero_ps();
+                    let base = g * words;
+                    let mut w = 0;
+                    while w + 1 < words {
+                        // SAFETY: base + w + 1 < packed.len() and (base + w + 1) * 8 + 8
+                        // <= x.len(), from the lengths the caller checked.
+                        let (c0, c1) = unsafe {
+                            (
+                                _mm256_set1_epi32(*wp.add(base + w) as i32),
+                                _mm256_set1_epi32(*wp.add(base + w + 1) as i32),
+                            )
+                        };
+                        let c0 = _mm256_cvtepi32_ps(_mm256_and_si256(
+                            _mm256_srlv_epi32(c0, shifts),
+                            mask,
+                        ));
+                        let c1 = _mm256_cvtepi32_ps(_mm256_and_si256(
+                            _mm256_srlv_epi32(c1, shifts),
+                            mask,
+                        ));
+                        let (x0, x1) = unsafe {
+                            (
+                                _mm256_loadu_ps(xp.add((base + w) * 8)),
+                                _mm256_loadu_ps(xp.add((base + w + 1) * 8)),
+                            )
+                        };
+                        acc0 = _mm256_fmadd_ps(c0, x0, acc0);
+                        acc1 = _mm256_fmadd_ps(c1, x1, acc1);
+                        w += 2;
+                    }
+                    if w < words {
+                        let c = unsafe { _mm256_set1_epi32(*wp.add(base + w) as i32) };
+                        let c = _mm256_cvtepi32_ps(_mm256_and_si256(
+                            _mm256_srlv_epi32(c, shifts),
+                            mask,
+                        ));
+                        let xv = unsafe { _mm256_loadu_ps(xp.add((base + w) * 8)) };
+                        acc0 = _mm256_fmadd_ps(c, xv, acc0);
+                    }
+                    let s = _mm256_set1_ps(unsafe { *scales.get_unchecked(g) });
+                    total = _mm256_fmadd_ps(s, _mm256_add_ps(acc0, acc1), total);
+                }
+            }
+            8 => {
+                // Two words: eight codes, one byte each, in order.
+                let words = group / 4;
+                let bytes = wp as *const u8;
+                for g in 0..groups {
+                    let mut acc = _mm256_setzero_ps();
+                    let base = g * words;
+                    let mut w = 0;
+                    while w < words {
+                        let codes =
+                            unsafe { _mm_loadl_epi64(bytes.add((base + w) * 4) as *const __m128i) };
+                        let c = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes));
+                        let xv = unsafe { _mm256_loadu_ps(xp.add((base + w) * 4)) };
+                        acc = _mm256_fmadd_ps(c, xv, acc);
+                        w += 2;
+                    }
+                    let s = _mm256_set1_ps(unsafe { *scales.get_unchecked(g) });
+                    total = _mm256_fmadd_ps(s, acc, total);
+                }
+            }
+            _ => {
+                // 2 bits: one word, sixteen codes, in two halves of eight.
+                let lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+                let hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
+                let mask = _mm256_set1_epi32(3);
+                let words = group / 16;
+                for g in 0..groups {
+                    let mut acc0 = _mm256_setzero_ps();
+                    let mut acc1 = _mm256_setzero_ps();
+                    let base = g * words;
+                    for w in 0..words {
+                        let c = unsafe { _mm256_set1_epi32(*wp.add(base + w) as i32) };
+                        let c0 =
+                            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(c, lo), mask));
+                        let c1 =
+                            _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(c, hi), mask));
+                        let (x0, x1) = unsafe {
+                            (
+                                _mm256_loadu_ps(xp.add((base + w) * 16)),
+                                _mm256_loadu_ps(xp.add((base + w) * 16 + 8)),
+                            )
+                        };
+                        acc0 = _mm256_fmadd_ps(c0, x0, acc0);
+                        acc1 = _mm256_fmadd_ps(c1, x1, acc1);
+                    }
+                    let s = _mm256_set1_ps(unsafe { *scales.get_unchecked(g) });
+                    total = _mm256_fmadd_ps(s, _mm256_add_ps(acc0, acc1), total);
+                }
+            }
+        }
+        hsum(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A seeded matrix in MLX's layout and its dequantized form.
+    fn matrix(
+        rows: usize,
+        cols: usize,
+        bits: u32,
+        group: usize,
+    ) -> (Vec<u32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+        let mut rng = crate::testdata::XorShift::new(7 + bits as u64);
+        let per_word = 32 / bits as usize;
+        let codes: Vec<u32> = (0..rows * cols)
+            .map(|_| (rng.next_u64() % (1 << bits)) as u32)
+            .collect();
+        let packed: Vec<u32> = codes
+            .chunks_exact(per_word)
+            .map(|c| {
+                c.iter()
+                    .enumerate()
+                    .fold(0u32, |w, (j, &q)| w | q << (j as u32 * bits))
+            })
+            .collect();
+        let scales: Vec<f32> = (0..rows * cols / group)
+            .map(|_| rng.normal() * 0.1)
+            .collect();
+        let biases: Vec<f32> = (0..rows * cols / group).map(|_| rng.normal()).collect();
+        let dense: Vec<f32> = codes
+            .iter()
+            .enumerate()
+            .map(|(i, &q)| q as f32 * scales[i / group] + biases[i / group])
+            .collect();
+        (packed, scales, biases, dense)
+    }
+
+    #[test]
+    fn matches_the_dequantized_product_for_every_kernel() {
+        for bits in [2, 4, 8] {
+            for group in [32, 64, 128] {
+                let (rows, cols, m) = (19, 256, 3);
+                let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
+                let mut rng = crate::testdata::XorShift::new(99);
+                let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
+                let w = QuantMatrix {
+                    packed: &packed,
+                    scales: &scales,
+                    biases: &biases,
+                    rows,
+                    cols,
+                    bits,
+                    group,
+                };
+                let mut out = vec![0f32; m * rows];
+                qmatmul(&x, m, &w, &mut out).unwrap();
+                let mut portable = vec![0f32; m * rows];
+                for r in 0..m {
+                    for o in 0..rows {
+                        let xr = &x[r * cols..(r + 1) * cols];
+                        let p = &packed
+                            [o * cols * bits as usize / 32..(o + 1) * cols * bits as usize / 32];
+                        let s = &scales[o * cols / group..(o + 1) * cols / group];
+                        let b: f32 = biases[o * cols / group..(o + 1) * cols / group]
+                            .iter()
+                            .zip(xr.chunks_exact(group))
+                            .map(|(b, g)| b * g.iter().sum::<f32>())
+                            .sum();
+                        portable[r * rows + o] =
+                            unsafe { scaled_dot_portable(p, s, xr, bits, group) } + b;
+                    }
+                }
+                for r in 0..m {
+                    for o in 0..rows {
+                        let want: f64 = (0..cols)
+                            .map(|i| f64::from(x[r * cols + i]) * f64::from(dense[o * cols + i]))
+                            .sum();
+                        for got in [out[r * rows + o], portable[r * rows + o]] {
+                            assert!(
+                                (f64::from(got) - want).abs() < 1e-3 * (1.0 + want.abs()),
+                                "bits {bits} group {group}: {got} vs {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_shapes_that_do_not_fit() {
+        let (packed, scales, biases, _) = matrix(4, 64, 4, 32);
+        let w = QuantMatrix {
+            packed: &packed,
+            scales: &scales,
+            biases: &biases,
+            rows: 4,
+            cols: 64,
+            bits: 4,
+            group: 32,
+        };
+        let mut out = vec![0f32; 4];
+        assert!(qmatmul(&[0.0; 63], 1, &w, &mut out).is_err());
+        let bad = QuantMatrix { rows: 5, ..w };
+        assert!(qmatmul(&[0.0; 64], 1, &bad, &mut [0.0; 5]).is_err());
+        assert!(!supports(3, 32));
+        assert!(supports(8, 32));
+    }
+}

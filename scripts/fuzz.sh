@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Runs each fuzz target (fuzz/fuzz_targets) for a bounded time:
+#   scripts/fuzz.sh [seconds per target, default 60] [target ...]
+# CI runs `scripts/fuzz.sh 60`; run it longer on demand (`scripts/fuzz.sh 600`).
+#
+# Seeds come from real files (the offline model's GGUF header, cache files saved from real
+# caches), written into fuzz/corpus/<target>/ by an engine test; the corpus grows there
+# between runs and is git-ignored, as are the crash inputs in fuzz/artifacts/<target>/.
+# A crash fails the script and prints the command that reproduces it; turn each into a
+# regression test with the input as bytes.
+#
+# cargo fuzz needs nightly compiler flags: on the stable toolchain RUSTC_BOOTSTRAP=1
+# allows them. No sanitizer: the fuzzed code is safe Rust, built with debug assertions and
+# overflow checks (cargo fuzz's default), and MLX's library is not instrumented anyway.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+SECONDS_PER_TARGET=${1:-60}
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf_metadata cache_file)
+
+echo "==> seeds from real files"
+KIVI_FUZZ_SEEDS="$ROOT/fuzz/corpus" cargo test -p kivi-engine --test reliability_fuzz_seeds -q >/dev/null
+
+export RUSTC_BOOTSTRAP=1
+# The fuzz crate is its own workspace with its own target dir (fuzz/target).
+unset CARGO_TARGET_DIR
+echo "==> building the fuzz targets"
+cargo fuzz build -s none
+
+status=0
+summary=()
+for target in "${TARGETS[@]}"; do
+  echo "==> fuzzing $target for ${SECONDS_PER_TARGET}s"
+  mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
+  log=$(mktemp)
+  if cargo fuzz run -s none "$target" "fuzz/corpus/$target" -- \
+      -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=4096 \
+      -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+.*(pulse|DONE)|ERROR|panicked|SUMMARY"; then
+    :
+  fi
+  if grep -q "^Done [0-9]* runs" "$log" && ! grep -qE "^==[0-9]+== ERROR|deadly signal|panicked at" "$log"; then
+    runs=$(grep -o "^Done [0-9]* runs in [0-9]* second" "$log" | tail -1)
+    summary+=("$target: ok, $runs(s), corpus $(ls "fuzz/corpus/$target" | wc -l) inputs")
+  else
+    status=1
+    summary+=("$target: FAILED (see fuzz/artifacts/$target/; reproduce with: RUSTC_BOOTSTRAP=1 cargo fuzz run -s none $target <crash file>)")
+    tail -40 "$log"
+  fi
+  rm -f "$log"
+done
+
+echo "==> fuzzing summary"
+printf '  %s\n' "${summary[@]}"
+exit $status
