@@ -129,6 +129,7 @@ impl Store {
     }
 
     /// One document's metadata.
+    #[cfg_attr(not(test), allow(dead_code))] // tests and future commands use it
     pub fn get_document(&self, document_id: &str) -> Result<DocumentInfo> {
         let document = parse_id("document", document_id)?;
         get(&self.conn(), document, document_id)

@@ -13,10 +13,6 @@
 //! (tens of milliseconds on some laptop disks, and `F_FULLFSYNC`-class stalls on macOS) to
 //! protect the last second of text against a power cut.
 
-// The store is a library compiled into the app's binary crate: the commands use only part of
-// its API (and tests the rest), and a binary crate warns about every unused public item.
-#![allow(dead_code, unused_imports)]
-
 mod chats;
 mod documents;
 mod downloads;
@@ -41,8 +37,8 @@ use rusqlite::Connection;
 
 pub use documents::NewDocument;
 pub use error::{Result, StoreError};
+#[cfg(test)]
 pub use schema::SCHEMA_VERSION;
-pub use settings::{FieldError, SettingsErrors};
 pub use types::*;
 
 /// The title of a chat that has not been named yet (`send_message` replaces it).
@@ -78,6 +74,7 @@ impl Store {
     }
 
     /// A private database in memory (for tests and previews); WAL does not apply.
+    #[cfg_attr(not(test), allow(dead_code))] // tests and future commands use it
     pub fn open_in_memory() -> Result<Store> {
         Self::setup(
             Connection::open_in_memory()?,

@@ -84,6 +84,7 @@ CREATE TABLE downloads (
 pub(crate) const MIGRATIONS: &[&str] = &[V1];
 
 /// The schema version this build writes.
+#[cfg_attr(not(test), allow(dead_code))]
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Reads `PRAGMA user_version`.

@@ -243,6 +243,7 @@ impl Store {
     }
 
     /// Forgets `key`; returns whether it was there.
+    #[cfg_attr(not(test), allow(dead_code))] // tests and future commands use it
     pub fn delete_state(&self, key: &str) -> Result<bool> {
         Ok(self
             .conn()

@@ -1,6 +1,6 @@
 /** Models and downloads from the Hugging Face hub. */
 import { call } from "./ipc";
-import type { DownloadProgress, ModelInfo, ModelsOverview, ModelStatus } from "./types";
+import type { DownloadProgress, HubTokenStatus, ModelInfo, ModelsOverview, ModelStatus } from "./types";
 
 export const listModels = () => call<ModelsOverview>("list_models");
 
@@ -19,3 +19,9 @@ export const deleteModel = (modelId: string) => call<null>("delete_model", { mod
 export const setActiveModel = (modelId: string) => call<ModelStatus>("set_active_model", { modelId });
 
 export const getModelStatus = () => call<ModelStatus>("get_model_status");
+
+/** Whether a hub token is stored in the OS keychain. */
+export const getHubTokenStatus = () => call<HubTokenStatus>("get_hub_token_status");
+
+/** Stores a hub token in the OS keychain (`null` deletes it). */
+export const setHubToken = (token: string | null) => call<HubTokenStatus>("set_hub_token", { token });

@@ -330,6 +330,17 @@ export interface ModelStatus {
   error: string | null;
 }
 
+/** `get_hub_token_status` / `set_hub_token`: a Hugging Face token kept in the OS keychain
+ * (the token itself never comes back to the UI). */
+export interface HubTokenStatus {
+  /** A token is stored and used for hub requests. */
+  stored: boolean;
+  /** The OS keychain could be reached (false on a Linux machine without a Secret Service). */
+  keychainAvailable: boolean;
+  /** Why the keychain cannot be used; null otherwise. */
+  error: string | null;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Local OpenAI-compatible server
 

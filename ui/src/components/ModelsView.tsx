@@ -1,10 +1,10 @@
 /** Model manager: installed, recommended, any hub repo; downloads with per-file progress. */
-import { useState } from "preact/hooks";
-import type { DownloadProgress, ModelInfo } from "../api/types";
+import { useEffect, useState } from "preact/hooks";
+import type { DownloadProgress, HubTokenStatus, ModelInfo } from "../api/types";
 import { ApiError } from "../api/ipc";
 import { formatBytes, formatCount, formatEta, formatPercent, formatSpeed } from "../lib/format";
 import { parseRepoId } from "../lib/validate";
-import { activateModel, deleteModel, downloadAction, inspectModel, useApp } from "../state/app";
+import { activateModel, deleteModel, downloadAction, hubTokenStatus, inspectModel, saveHubToken, useApp } from "../state/app";
 import { ConfirmDialog } from "./Modal";
 import { IconAlert, IconCheck, IconCube, IconDownload, IconPause, IconPlay, IconSearch, IconTrash, IconX } from "./icons";
 
@@ -150,6 +150,78 @@ function ModelCard({ model, activeId, available, download }: { model: ModelInfo;
   );
 }
 
+/** The optional hub token for gated or private repos, kept in the OS keychain. */
+function HubToken() {
+  const [status, setStatus] = useState<HubTokenStatus | null>(null);
+  const [input, setInput] = useState("");
+  const [error, setError] = useState<string | null>(null);
+  const [busy, setBusy] = useState(false);
+  useEffect(() => {
+    hubTokenStatus()
+      .then(setStatus)
+      .catch(() => setStatus(null));
+  }, []);
+  const save = async (token: string | null) => {
+    setBusy(true);
+    setError(null);
+    try {
+      setStatus(await saveHubToken(token));
+      setInput("");
+    } catch (e) {
+      setError(e instanceof ApiError ? e.message : String(e));
+    } finally {
+      setBusy(false);
+    }
+  };
+  const state = !status
+    ? "Checking the keychain…"
+    : status.stored
+      ? "A token is stored in the system keychain."
+      : status.keychainAvailable
+        ? "No token stored (public models need none)."
+        : "No system keychain is available, so no token can be stored (public models need none).";
+  return (
+    <form
+      class="hub-token"
+      data-testid="hub-token"
+      onSubmit={(e) => {
+        e.preventDefault();
+        if (input.trim()) void save(input.trim());
+      }}
+    >
+      <p class="muted small" data-testid="hub-token-status">
+        Access token for gated or private repos: {state}
+      </p>
+      <div class="row">
+        <input
+          class="grow"
+          type="password"
+          value={input}
+          placeholder="hf_…"
+          autocomplete="off"
+          spellcheck={false}
+          aria-label="Hugging Face access token"
+          data-testid="hub-token-input"
+          onInput={(e) => setInput(e.currentTarget.value)}
+        />
+        <button type="submit" class="btn" data-testid="hub-token-save" disabled={busy || !input.trim()}>
+          Save token
+        </button>
+        {status?.stored && (
+          <button type="button" class="btn ghost" data-testid="hub-token-clear" disabled={busy} onClick={() => void save(null)}>
+            Remove
+          </button>
+        )}
+      </div>
+      {error && (
+        <p class="field-error" role="alert" data-testid="hub-token-error">
+          {error}
+        </p>
+      )}
+    </form>
+  );
+}
+
 function HubLookup({ activeId, available, downloads }: { activeId: string | null; available: number; downloads: Record<string, DownloadProgress> }) {
   const [input, setInput] = useState("");
   const [touched, setTouched] = useState(false);
@@ -216,6 +288,7 @@ function HubLookup({ activeId, available, downloads }: { activeId: string | null
         </p>
       )}
       {found && <ModelCard model={found} activeId={activeId} available={available} download={downloads[found.id] ?? found.download} />}
+      <HubToken />
     </section>
   );
 }

@@ -348,6 +348,8 @@ function modelOut(m: ModelInfo): ModelInfo {
 
 // Server ---------------------------------------------------------------------------------
 
+let hubToken: string | null = null;
+
 let server: ServerStatus = { running: false, host: "127.0.0.1", port: 8080, url: null, authRequired: false, error: null };
 
 // -------------------------------------------------------------------------------------------
@@ -844,6 +846,14 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
     }
     case "get_model_status":
       return modelStatus;
+    case "get_hub_token_status":
+      return { stored: hubToken !== null, keychainAvailable: true, error: null };
+    case "set_hub_token": {
+      const token = typeof a.token === "string" ? a.token.trim() : null;
+      if (token !== null && (!token || /\s/.test(token))) fail("invalidArgument", "That does not look like a hub token.", "token");
+      hubToken = token;
+      return { stored: hubToken !== null, keychainAvailable: true, error: null };
+    }
 
     // stats, server, system
     case "get_stats":

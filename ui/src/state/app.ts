@@ -588,6 +588,16 @@ export async function inspectModel(repoId: string) {
   return models.inspectModel(repoId);
 }
 
+/** The hub token's status (stored in the OS keychain, never shown). */
+export async function hubTokenStatus() {
+  return models.getHubTokenStatus();
+}
+
+/** Stores (or with `null` deletes) the hub token in the OS keychain. */
+export async function saveHubToken(token: string | null) {
+  return models.setHubToken(token);
+}
+
 export async function deleteModel(modelId: string): Promise<void> {
   try {
     await models.deleteModel(modelId);

@@ -65,6 +65,8 @@ async function callEveryWrapper(): Promise<void> {
   await models.deleteModel("a/b");
   await models.setActiveModel("a/b");
   await models.getModelStatus();
+  await models.getHubTokenStatus();
+  await models.setHubToken("hf_x");
   await stats.getStats();
   await server.getServerStatus();
   await server.startServer(8080, null);

@@ -1,0 +1,169 @@
+//! What the app knows of each chat's live KV cache (IPC "The KV cache of a chat").
+//!
+//! The caches themselves live on the engine's model thread, one per chat
+//! (`Engine::generate_in` with the chat id as the conversation). This mirror is updated
+//! from the engine's events as jobs run, and reconciled with `Engine::conversations` after
+//! each job (the engine evicts the least recently used chat's cache when more chats are in
+//! use than it keeps), so `get_chat` never waits for the model thread.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kivi_engine::cache::{CacheConfig as EngineCache, KiviConfig};
+use kivi_engine::stats::KvStats;
+
+use crate::store::{CacheMode, CacheSettings, ChatCacheInfo};
+
+/// One chat's cache as last seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheRecord {
+    /// The settings it was built with.
+    pub config: CacheSettings,
+    /// Tokens it holds.
+    pub tokens: u64,
+    /// Tokens stored quantized.
+    pub quantized_tokens: u64,
+    /// Tokens in the full-precision window.
+    pub residual_tokens: u64,
+    /// The same tokens in fp16.
+    pub fp16_bytes: u64,
+    /// What it really holds.
+    pub held_bytes: u64,
+}
+
+impl CacheRecord {
+    /// A record from the engine's accounting.
+    pub fn from_kv(config: CacheSettings, kv: &KvStats) -> Self {
+        Self {
+            config,
+            tokens: kv.total.tokens as u64,
+            quantized_tokens: kv.total.quantized_tokens as u64,
+            residual_tokens: kv.total.residual_tokens as u64,
+            fp16_bytes: kv.total.fp16_bytes,
+            held_bytes: kv.total.held_bytes,
+        }
+    }
+}
+
+/// Every chat's cache record.
+#[derive(Default)]
+pub struct ChatCaches {
+    records: Mutex<HashMap<String, CacheRecord>>,
+}
+
+impl ChatCaches {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, CacheRecord>> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The chat's cache as IPC `ChatCacheInfo`.
+    pub fn info(&self, chat_id: &str) -> ChatCacheInfo {
+        match self.map().get(chat_id) {
+            Some(r) => ChatCacheInfo {
+                config: Some(r.config),
+                tokens: r.tokens,
+            },
+            None => ChatCacheInfo::default(),
+        }
+    }
+
+    /// The chat's record.
+    pub fn get(&self, chat_id: &str) -> Option<CacheRecord> {
+        self.map().get(chat_id).copied()
+    }
+
+    /// Records the chat's cache.
+    pub fn set(&self, chat_id: &str, record: CacheRecord) {
+        self.map().insert(chat_id.to_string(), record);
+    }
+
+    /// Forgets the chat's cache; returns whether there was one.
+    pub fn remove(&self, chat_id: &str) -> bool {
+        self.map().remove(chat_id).is_some()
+    }
+
+    /// Forgets every cache.
+    pub fn clear(&self) {
+        self.map().clear();
+    }
+
+    /// Keeps only the chats in `live`; returns the chats that were dropped.
+    pub fn retain(&self, live: &[String]) -> Vec<String> {
+        let mut map = self.map();
+        let gone: Vec<String> = map.keys().filter(|k| !live.contains(k)).cloned().collect();
+        for k in &gone {
+            map.remove(k);
+        }
+        gone
+    }
+}
+
+/// The engine's cache settings for the app's.
+pub fn engine_cache(settings: &CacheSettings) -> EngineCache {
+    match settings.mode {
+        CacheMode::Fp16 => EngineCache::Full,
+        CacheMode::Kivi => KiviConfig::new(
+            u32::from(settings.k_bits),
+            u32::from(settings.v_bits),
+            settings.group_size as usize,
+            settings.residual_length as usize,
+        )
+        // Settings are validated when saved (the same rules), so this holds; fall back to
+        // the paper's defaults rather than fail a generation if it ever did not.
+        .map_or_else(
+            |_| EngineCache::Kivi(KiviConfig::default()),
+            EngineCache::Kivi,
+        ),
+    }
+}
+
+/// Whether two settings build the same cache (fp16 ignores the KIVI fields).
+pub fn same_cache(a: &CacheSettings, b: &CacheSettings) -> bool {
+    match (a.mode, b.mode) {
+        (CacheMode::Fp16, CacheMode::Fp16) => true,
+        _ => a == b,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_map_to_engine_caches() {
+        let mut s = CacheSettings::default();
+        assert_eq!(engine_cache(&s).to_string(), "k2v2-g32-r128");
+        s.k_bits = 4;
+        s.group_size = 64;
+        s.residual_length = 256;
+        assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256");
+        s.mode = CacheMode::Fp16;
+        assert_eq!(engine_cache(&s), EngineCache::Full);
+        let mut t = s;
+        t.k_bits = 2;
+        assert!(same_cache(&s, &t));
+        t.mode = CacheMode::Kivi;
+        assert!(!same_cache(&s, &t));
+    }
+
+    #[test]
+    fn records_follow_the_engine() {
+        let caches = ChatCaches::default();
+        assert_eq!(caches.info("1"), ChatCacheInfo::default());
+        let r = CacheRecord {
+            config: CacheSettings::default(),
+            tokens: 10,
+            quantized_tokens: 0,
+            residual_tokens: 10,
+            fp16_bytes: 100,
+            held_bytes: 200,
+        };
+        caches.set("1", r);
+        caches.set("2", r);
+        assert_eq!(caches.info("1").tokens, 10);
+        assert_eq!(caches.retain(&["2".to_string()]), vec!["1".to_string()]);
+        assert!(caches.get("1").is_none());
+        assert!(caches.remove("2"));
+        assert!(!caches.remove("2"));
+    }
+}

@@ -1,0 +1,141 @@
+//! Documents (`api/documents.ts`): pick (native dialog), attach, remove, prefill.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tauri::State;
+
+use crate::error::{CommandError, CommandResult, ErrorCode};
+use crate::generation;
+use crate::jobs::JobKind;
+use crate::state::App;
+use crate::store::{DocumentInfo, DocumentKind, NewDocument};
+
+/// How long `attach_document` waits for a model that is still loading (to count tokens).
+const LOAD_WAIT: Duration = Duration::from_secs(120);
+
+/// `pick_documents`: a native open dialog; `[]` when cancelled.
+pub async fn pick(app: &App) -> CommandResult<Vec<String>> {
+    let desktop = app.desktop.clone();
+    let picked = tauri::async_runtime::spawn_blocking(move || desktop.pick_documents())
+        .await
+        .map_err(|e| CommandError::internal(format!("The file dialog failed: {e}.")))?
+        .map_err(|e| CommandError::internal(format!("No file dialog is available: {e}.")))?;
+    Ok(picked
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect())
+}
+
+fn kind(kind: kivi_engine::document::DocumentKind) -> DocumentKind {
+    match kind {
+        kivi_engine::document::DocumentKind::Txt => DocumentKind::Txt,
+        kivi_engine::document::DocumentKind::Md => DocumentKind::Md,
+        kivi_engine::document::DocumentKind::Pdf => DocumentKind::Pdf,
+    }
+}
+
+/// `attach_document`: extracts the text (off the async runtime), counts its tokens with the
+/// active model's tokenizer, stores it with the chat. Does not prefill.
+pub async fn attach(app: &App, chat_id: String, path: String) -> CommandResult<DocumentInfo> {
+    app.store.chat_summary(&chat_id)?;
+    app.jobs.ensure_idle(&chat_id, Some(JobKind::Generation))?;
+    let path = PathBuf::from(path);
+    if !path.is_absolute() {
+        return Err(CommandError::new(
+            ErrorCode::Io,
+            format!(
+                "{} is not a full path. Attach the file from the file picker or by dropping it.",
+                path.display()
+            ),
+        ));
+    }
+    let extracted =
+        tauri::async_runtime::spawn_blocking(move || kivi_engine::document::extract(&path))
+            .await
+            .map_err(|e| CommandError::internal(format!("Reading the document failed: {e}.")))??;
+    let engine = app.model.wait_ready(LOAD_WAIT).await?;
+    let tokens = engine.count_tokens(extracted.text.clone()).await?;
+    let doc = NewDocument {
+        name: extracted.name,
+        path: extracted.path.to_string_lossy().into_owned(),
+        kind: kind(extracted.kind),
+        size_bytes: extracted.size_bytes,
+        token_count: tokens as u64,
+        text: extracted.text,
+    };
+    let added = app.store.add_document(&chat_id, &doc)?;
+    let chat = app.store.get_chat(&chat_id)?;
+    let chat = app.chat_out(chat).await;
+    chat.documents
+        .into_iter()
+        .find(|d| d.id == added.id)
+        .ok_or_else(|| CommandError::internal("The document vanished while it was attached."))
+}
+
+/// `remove_document`: the prompt changes, so the chat's cache goes.
+pub async fn remove(app: &App, chat_id: String, document_id: String) -> CommandResult<()> {
+    app.store.chat_summary(&chat_id)?;
+    app.jobs.ensure_idle(&chat_id, None)?;
+    app.store.remove_document(&chat_id, &document_id)?;
+    app.drop_chat_cache(&chat_id);
+    Ok(())
+}
+
+/// `prefill_chat`: reads the system prompt, the documents that fit and the history into the
+/// chat's cache now; the job's id, or `None` when there is nothing to read.
+pub async fn prefill(app: &App, chat_id: String) -> CommandResult<Option<String>> {
+    let chat = app.store.get_chat(&chat_id)?;
+    let job_id = app.new_id("p");
+    let job = app.jobs.begin(&chat_id, job_id.clone(), JobKind::Prefill)?;
+    let planned = async {
+        let engine = app.model.engine()?;
+        let plan = generation::plan_prefill(app, &engine, &chat).await?;
+        Ok::<_, CommandError>((engine, plan))
+    }
+    .await;
+    let (engine, plan) = match planned {
+        Ok((engine, Some(plan))) => (engine, plan),
+        Ok((_, None)) => {
+            app.jobs.end(&chat_id, &job_id);
+            return Ok(None);
+        }
+        Err(e) => {
+            app.jobs.end(&chat_id, &job_id);
+            return Err(e);
+        }
+    };
+    let running = engine.generate_in(chat_id.clone(), plan.request.clone());
+    job.attach(running.cancel_handle());
+    generation::spawn_prefill(app, running, &chat_id, job, &plan);
+    Ok(Some(job_id))
+}
+
+#[tauri::command]
+pub async fn pick_documents(app: State<'_, App>) -> CommandResult<Vec<String>> {
+    pick(&app).await
+}
+
+#[tauri::command]
+pub async fn attach_document(
+    app: State<'_, App>,
+    chat_id: String,
+    path: String,
+) -> CommandResult<DocumentInfo> {
+    attach(&app, chat_id, path).await
+}
+
+#[tauri::command]
+pub async fn remove_document(
+    app: State<'_, App>,
+    chat_id: String,
+    document_id: String,
+) -> CommandResult<()> {
+    remove(&app, chat_id, document_id).await
+}
+
+#[tauri::command]
+pub async fn prefill_chat(app: State<'_, App>, chat_id: String) -> CommandResult<Option<String>> {
+    prefill(&app, chat_id).await
+}

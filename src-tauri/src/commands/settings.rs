@@ -1,0 +1,65 @@
+//! Settings (`api/settings.ts`): read, defaults, update (validated; a cache or context
+//! change drops every chat's cache).
+
+use tauri::State;
+
+use crate::error::{CommandError, CommandResult};
+use crate::state::App;
+use crate::store::{Settings, SettingsUpdate};
+
+/// `get_settings`.
+pub async fn get(app: &App) -> CommandResult<Settings> {
+    Ok(app.store.get_settings()?)
+}
+
+/// `get_default_settings`: the suggested defaults, the context capped by the model's.
+pub async fn defaults(app: &App) -> CommandResult<Settings> {
+    let max = app
+        .model
+        .loaded()
+        .map(|e| u32::try_from(e.context_length()).unwrap_or(u32::MAX));
+    Ok(Settings::defaults_for_model(max))
+}
+
+/// `update_settings`.
+pub async fn update(app: &App, settings: Settings) -> CommandResult<SettingsUpdate> {
+    settings.validate()?;
+    let old = app.store.get_settings()?;
+    let cache_reset = old.cache_reset_needed(&settings);
+    if cache_reset && app.jobs.any_generation() {
+        return Err(CommandError::busy(
+            "An answer is being written. Stop it (Esc) or wait for it to finish, then save \
+             the cache settings.",
+        ));
+    }
+    app.store.put_settings(&settings)?;
+    if cache_reset {
+        // Prefill jobs build caches with the old settings: stop them.
+        app.jobs.stop_all();
+        app.drop_all_caches();
+    } else {
+        app.emit_stats();
+    }
+    Ok(SettingsUpdate {
+        settings,
+        cache_reset,
+    })
+}
+
+#[tauri::command]
+pub async fn get_settings(app: State<'_, App>) -> CommandResult<Settings> {
+    get(&app).await
+}
+
+#[tauri::command]
+pub async fn get_default_settings(app: State<'_, App>) -> CommandResult<Settings> {
+    defaults(&app).await
+}
+
+#[tauri::command]
+pub async fn update_settings(
+    app: State<'_, App>,
+    settings: Settings,
+) -> CommandResult<SettingsUpdate> {
+    update(&app, settings).await
+}
