@@ -38,6 +38,10 @@ test-ui:
 test-app:
 	scripts/test.sh app
 
+## fuzz: each fuzz target for 10 minutes
+fuzz:
+	scripts/fuzz.sh 600
+
 clean:
 	cargo clean
 	rm -rf ui/dist artifacts

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test suite. `make test` runs every stage after set-up; a stage can be run alone:
-#   scripts/test.sh [setup] [lint] [rust] [ui] [app]
+#   scripts/test.sh [setup] [lint] [rust] [fuzz] [ui] [app]
 # Artifacts (screenshots, logs) land in artifacts/.
 set -euo pipefail
 
@@ -36,28 +36,35 @@ stage_rust() {
   cargo test --workspace --no-fail-fast
 }
 
+stage_fuzz() {
+  stage "fuzz: each fuzz target for 60 s (scripts/fuzz.sh 600 runs them longer)"
+  scripts/fuzz.sh "${KIVI_FUZZ_SECONDS:-60}"
+}
+
 stage_ui() {
   stage "ui: type check, unit tests, browser tests"
   (cd ui && npm run build && npm test && npm run test:browser)
 }
 
 stage_app() {
-  stage "app: the desktop window under Xvfb"
+  stage "app: the desktop window under Xvfb, then the real app driven by WebDriver"
   (cd ui && npm run build)
   cargo build -p kivi-chat
   scripts/window-test.sh
+  scripts/e2e-app.sh
 }
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(setup lint rust ui app)
+[ ${#stages[@]} -gt 0 ] || stages=(setup lint rust fuzz ui app)
 for s in "${stages[@]}"; do
   case "$s" in
     setup) stage_setup ;;
     lint) stage_lint ;;
     rust) stage_rust ;;
+    fuzz) stage_fuzz ;;
     ui) stage_ui ;;
     app) stage_app ;;
-    *) echo "unknown stage '$s' (setup lint rust ui app)" >&2; exit 2 ;;
+    *) echo "unknown stage '$s' (setup lint rust fuzz ui app)" >&2; exit 2 ;;
   esac
 done
 stage "all requested stages passed: ${stages[*]}"

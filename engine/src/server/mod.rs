@@ -6,7 +6,7 @@
 //! conversations that extend an earlier one reuse its KV cache (the engine's prefix
 //! reuse), reported as `usage.prompt_tokens_details.cached_tokens`. The extension field
 //! `kv_cache` picks the cache per request, and `usage.kv_cache` reports its bytes against
-//! float16. See `README.md` beside this file for the wire format and examples.
+//! float16. See `docs/server.md` for the wire format and examples.
 //!
 //! The CLI (`kivi serve`) and the desktop app start the same server:
 //!
