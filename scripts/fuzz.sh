@@ -21,8 +21,14 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf_metadata cache_file)
 
-echo "==> seeds from real files"
-KIVI_FUZZ_SEEDS="$ROOT/fuzz/corpus" cargo test -p kivi-engine --test reliability_fuzz_seeds -q >/dev/null
+# The test suite's rust stage writes the seeds too (it sets KIVI_FUZZ_SEEDS), which spares
+# this script a build of the engine's tests with another feature set.
+if [ -n "$(ls -A fuzz/corpus/gguf_metadata 2>/dev/null)" ] && [ -n "$(ls -A fuzz/corpus/cache_file 2>/dev/null)" ]; then
+  echo "==> seeds: fuzz/corpus is already seeded"
+else
+  echo "==> seeds from real files"
+  KIVI_FUZZ_SEEDS="$ROOT/fuzz/corpus" cargo test -p kivi-engine --test reliability_fuzz_seeds -q >/dev/null
+fi
 
 export RUSTC_BOOTSTRAP=1
 # The fuzz crate is its own workspace with its own target dir (fuzz/target).

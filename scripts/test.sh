@@ -33,7 +33,9 @@ stage_lint() {
 stage_rust() {
   stage "rust: unit, integration and model tests"
   [ -f ui/dist/index.html ] || (cd ui && npm run build)
-  cargo test --workspace --no-fail-fast
+  # KIVI_FUZZ_SEEDS: engine/tests/reliability_fuzz_seeds.rs also writes the fuzz corpus's
+  # seeds from real files there, for the fuzz stage.
+  KIVI_FUZZ_SEEDS="$ROOT/fuzz/corpus" cargo test --workspace --no-fail-fast
 }
 
 stage_fuzz() {

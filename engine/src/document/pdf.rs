@@ -15,13 +15,19 @@
 //!   lopdf cannot load the file: it loads and decrypts it, writes a clean copy, and that copy
 //!   goes to pdf-extract.
 
+#[cfg(feature = "pdf")]
 use std::cell::Cell;
+#[cfg(feature = "pdf")]
 use std::collections::BTreeMap;
+#[cfg(feature = "pdf")]
 use std::panic::{catch_unwind, AssertUnwindSafe};
+#[cfg(feature = "pdf")]
 use std::sync::Once;
 
+#[cfg(feature = "pdf")]
 use pdf_extract::{Document, PlainTextOutput};
 
+#[cfg(feature = "pdf")]
 use super::text::tidy_pdf_text;
 
 /// What a PDF yielded.
@@ -39,6 +45,7 @@ pub(crate) struct PdfText {
 
 /// Why a PDF yielded no text.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(not(feature = "pdf"), allow(dead_code))]
 pub(crate) enum PdfError {
     /// It needs a password.
     Encrypted,
@@ -51,11 +58,13 @@ pub(crate) enum PdfError {
     },
 }
 
+#[cfg(feature = "pdf")]
 thread_local! {
     /// Set while [`guarded`] runs: a panic there is expected and reported as an error.
     static QUIET: Cell<bool> = const { Cell::new(false) };
 }
 
+#[cfg(feature = "pdf")]
 /// Installs (once) a panic hook that stays silent for panics inside [`guarded`] and passes
 /// every other panic to the hook that was there before. Without it each damaged PDF would
 /// print pdf-extract's panic message (and, with `RUST_BACKTRACE` set, a backtrace) to stderr.
@@ -71,6 +80,7 @@ fn install_quiet_hook() {
     });
 }
 
+#[cfg(feature = "pdf")]
 /// Runs `f`, turning a panic into an error message.
 fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     install_quiet_hook();
@@ -86,6 +96,7 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
+#[cfg(feature = "pdf")]
 /// Loads the document, repairing it with lopdf 0.47 when needed, and decrypts it.
 fn load(bytes: &[u8]) -> Result<(Document, bool), PdfError> {
     let (mut doc, repaired) = match guarded(|| Document::load_mem(bytes)) {
@@ -106,6 +117,7 @@ fn load(bytes: &[u8]) -> Result<(Document, bool), PdfError> {
     Ok((doc, repaired))
 }
 
+#[cfg(feature = "pdf")]
 /// Loads a file that pdf-extract's lopdf rejected with lopdf 0.47 (which rebuilds broken
 /// cross-reference tables) and hands back a clean copy.
 fn repair(bytes: &[u8], first_error: &str) -> Result<Document, PdfError> {
@@ -133,6 +145,7 @@ fn repair(bytes: &[u8], first_error: &str) -> Result<Document, PdfError> {
     }
 }
 
+#[cfg(feature = "pdf")]
 /// One page's text: pdf-extract's, else lopdf's; `None` when neither can read it.
 fn page_text(doc: &Document, page: u32) -> Option<String> {
     let layout = guarded(|| {
@@ -148,6 +161,7 @@ fn page_text(doc: &Document, page: u32) -> Option<String> {
     }
 }
 
+#[cfg(feature = "pdf")]
 /// Extracts the text layer of a PDF held in memory.
 pub(crate) fn extract(bytes: &[u8]) -> Result<PdfText, PdfError> {
     let (doc, repaired) = load(bytes)?;
@@ -190,4 +204,12 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<PdfText, PdfError> {
         unreadable_pages,
         repaired,
     })
+}
+
+/// Without the `pdf` feature (the fuzz targets' build), a PDF cannot be read.
+#[cfg(not(feature = "pdf"))]
+pub(crate) fn extract(_bytes: &[u8]) -> Result<PdfText, PdfError> {
+    Err(PdfError::Corrupt(
+        "this build has no PDF support (the `pdf` feature is off)".into(),
+    ))
 }

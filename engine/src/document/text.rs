@@ -181,6 +181,7 @@ pub fn normalize(text: &str) -> String {
 
 /// Normalizes a PDF page's text further: trailing spaces on each line go, and runs of more
 /// than one blank line (frequent between a PDF's text blocks) become one.
+#[cfg_attr(not(feature = "pdf"), allow(dead_code))]
 pub(crate) fn tidy_pdf_text(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut newlines = 0;
