@@ -3,6 +3,7 @@
 mod args;
 mod cmd;
 mod download;
+mod eval;
 mod stream;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +24,15 @@ enum Command {
     Chat(cmd::chat::ChatArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (/v1/chat/completions, ...).
     Serve(cmd::serve::ServeArgs),
+    /// Measure decode and prefill speed, KV bytes and peak memory per KV cache setting.
+    Bench(cmd::bench::BenchArgs),
+    /// Measure perplexity per KV cache setting on fixed windows of a text.
+    Ppl(cmd::ppl::PplArgs),
+    /// Needle-in-a-haystack retrieval per KV cache setting, with heat maps.
+    Needle(cmd::needle::NeedleArgs),
+    /// One `kivi bench` measurement in a child process (internal).
+    #[command(hide = true)]
+    BenchWorker(cmd::bench::BenchWorkerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,6 +46,11 @@ fn main() -> anyhow::Result<()> {
             Command::Generate(args) => cmd::generate::run(args).await,
             Command::Chat(args) => cmd::chat::run(args).await,
             Command::Serve(args) => cmd::serve::run(args).await,
+            // The measurements are synchronous: the model runs on this thread.
+            Command::Bench(args) => cmd::bench::run(args),
+            Command::Ppl(args) => cmd::ppl::run(args),
+            Command::Needle(args) => cmd::needle::run(args),
+            Command::BenchWorker(args) => cmd::bench::run_worker(args),
         }
     })
 }

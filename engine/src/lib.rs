@@ -5,6 +5,7 @@ pub mod cache;
 pub mod device;
 pub mod document;
 pub mod error;
+pub mod eval;
 pub mod gguf;
 pub mod hub;
 pub mod loader;

@@ -1,0 +1,239 @@
+//! Needle in a haystack: a random fact ("The secret code for <word> is <number>.") placed
+//! at a given depth of a passage cut from the corpus, asked back through the chat
+//! template, answered greedily, scored by exact match of the number.
+//!
+//! The question comes before and after the document and asks for the number only: with
+//! it, SmolLM2-135M retrieves a 4-digit number at full precision, which it does not for a
+//! passphrase of words (see issue 8). Every trial is drawn from a fixed seed before any
+//! configuration runs, so all configurations answer the same questions on the same text.
+
+use anyhow::{bail, Result};
+use kivi_engine::cache::CacheConfig;
+use kivi_engine::eval::{decode_step, greedy_token, prefill};
+use kivi_engine::loader::LoadedModel;
+use kivi_engine::tokenizer::{Message, Role};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// Keys of the facts.
+const WORDS: [&str; 16] = [
+    "falcon", "harbor", "lantern", "meadow", "copper", "violet", "glacier", "orchard", "timber",
+    "saffron", "beacon", "quarry", "thistle", "walnut", "cobalt", "juniper",
+];
+
+/// One question: where the fact goes and what it says.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trial {
+    /// Haystack tokens.
+    pub length: usize,
+    /// Where the fact sits, as a fraction of the haystack (0 = start, 1 = end).
+    pub depth: f64,
+    /// The fact's key.
+    pub word: String,
+    /// The fact's value (4 digits).
+    pub value: String,
+    /// Token offset of the haystack in the corpus.
+    pub offset: usize,
+}
+
+/// A trial's outcome under one configuration.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The question.
+    pub trial: Trial,
+    /// Tokens of the whole prompt (template, questions and document).
+    pub prompt_tokens: usize,
+    /// What the model answered.
+    pub answer: String,
+    /// Whether the first number in the answer is the value.
+    pub correct: bool,
+}
+
+/// One configuration's results.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConfigResult {
+    /// Short name.
+    pub config: String,
+    /// Settings.
+    pub cache: CacheConfig,
+    /// Fraction of trials answered exactly.
+    pub accuracy: f64,
+    /// Accuracy per depth (rows) and length (columns).
+    pub grid: Vec<Vec<f64>>,
+    /// Every trial.
+    pub outcomes: Vec<Outcome>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// Draws the trials: `trials` per (length, depth) cell, each with its own fact and its
+/// own passage of the corpus (`corpus_tokens` long).
+pub fn draw_trials(
+    lengths: &[usize],
+    depths: &[f64],
+    trials: usize,
+    corpus_tokens: usize,
+    seed: u64,
+) -> Result<Vec<Trial>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for &length in lengths {
+        if length > corpus_tokens {
+            bail!("a haystack of {length} tokens is longer than the corpus ({corpus_tokens})");
+        }
+        for &depth in depths {
+            for _ in 0..trials {
+                out.push(Trial {
+                    length,
+                    depth,
+                    word: WORDS[rng.random_range(0..WORDS.len())].to_string(),
+                    value: rng.random_range(1000..10000).to_string(),
+                    offset: rng.random_range(0..=corpus_tokens - length),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The user message of a trial: question, document with the fact inside, question again.
+pub fn message(haystack: &str, trial: &Trial) -> String {
+    let fact = format!("The secret code for {} is {}.", trial.word, trial.value);
+    let document = insert_at_depth(haystack, &fact, trial.depth);
+    let question = format!("What is the secret code for {}?", trial.word);
+    format!(
+        "Question: {question}\n\nDocument:\n{document}\n\nQuestion: {question} Answer with the \
+         number only."
+    )
+}
+
+/// Puts `fact` at `depth` of `text`, at the next sentence boundary so no sentence is cut.
+pub fn insert_at_depth(text: &str, fact: &str, depth: f64) -> String {
+    let text = text.trim();
+    let target = ((text.len() as f64) * depth.clamp(0.0, 1.0)) as usize;
+    let at = if target == 0 {
+        0
+    } else {
+        text.char_indices()
+            .skip_while(|&(i, _)| i < target)
+            .find(|&(i, c)| c == '.' && text[i + 1..].starts_with(char::is_whitespace))
+            .map_or(text.len(), |(i, _)| i + 1)
+    };
+    let (head, tail) = text.split_at(at);
+    match (head.is_empty(), tail.is_empty()) {
+        (true, _) => format!("{fact} {tail}"),
+        (_, true) => format!("{head} {fact}"),
+        _ => format!("{head} {fact}{tail}"),
+    }
+}
+
+/// Whether the first run of digits in `answer` is `value`.
+pub fn matches(answer: &str, value: &str) -> bool {
+    let digits: String = answer
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits == value
+}
+
+/// Asks one trial's question with a fresh cache of `config` and greedy decoding.
+pub fn ask(
+    loaded: &LoadedModel,
+    corpus: &[u32],
+    trial: &Trial,
+    config: &CacheConfig,
+    chunk: usize,
+    max_tokens: usize,
+) -> Result<Outcome> {
+    let tokenizer = &loaded.tokenizer;
+    let haystack = tokenizer.decode(&corpus[trial.offset..trial.offset + trial.length], true)?;
+    let messages = [Message::new(Role::User, message(&haystack, trial))];
+    let text = tokenizer.apply_chat_template(&messages, true)?;
+    // The template writes the special tokens itself.
+    let prompt = tokenizer.encode(&text, false)?;
+    let mut caches = config.make_layers(loaded.model.config().num_layers);
+    let mut logits = prefill(&loaded.model, &mut caches, &prompt, chunk)?;
+    let mut answer_ids = Vec::new();
+    for _ in 0..max_tokens {
+        let token = greedy_token(&logits)?;
+        if tokenizer.is_stop(token) {
+            break;
+        }
+        answer_ids.push(token);
+        logits = decode_step(&loaded.model, &mut caches, token)?;
+    }
+    let answer = tokenizer.decode(&answer_ids, true)?.trim().to_string();
+    Ok(Outcome {
+        correct: matches(&answer, &trial.value),
+        trial: trial.clone(),
+        prompt_tokens: prompt.len(),
+        answer,
+    })
+}
+
+/// Accuracy per (depth, length) cell.
+pub fn grid(outcomes: &[Outcome], lengths: &[usize], depths: &[f64]) -> Vec<Vec<f64>> {
+    depths
+        .iter()
+        .map(|&d| {
+            lengths
+                .iter()
+                .map(|&l| {
+                    let cell: Vec<bool> = outcomes
+                        .iter()
+                        .filter(|o| o.trial.length == l && o.trial.depth == d)
+                        .map(|o| o.correct)
+                        .collect();
+                    cell.iter().filter(|&&c| c).count() as f64 / cell.len().max(1) as f64
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_go_at_sentence_boundaries() {
+        let text = "One. Two two. Three three three.";
+        assert_eq!(
+            insert_at_depth(text, "X.", 0.0),
+            "X. One. Two two. Three three three."
+        );
+        assert_eq!(
+            insert_at_depth(text, "X.", 1.0),
+            "One. Two two. Three three three. X."
+        );
+        assert_eq!(
+            insert_at_depth(text, "X.", 0.3),
+            "One. Two two. X. Three three three."
+        );
+    }
+
+    #[test]
+    fn answers_match_on_the_first_number() {
+        assert!(matches("4821", "4821"));
+        assert!(matches("The secret code is 4821.", "4821"));
+        assert!(!matches("48210", "4821"));
+        assert!(!matches("no idea", "4821"));
+        assert!(!matches("1234 or 4821", "4821"));
+    }
+
+    #[test]
+    fn trials_are_reproducible() {
+        let a = draw_trials(&[100, 200], &[0.0, 0.5], 2, 1000, 7).unwrap();
+        let b = draw_trials(&[100, 200], &[0.0, 0.5], 2, 1000, 7).unwrap();
+        assert_eq!(a.len(), 8);
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&b).unwrap()
+        );
+        assert!(a
+            .iter()
+            .all(|t| t.value.len() == 4 && t.offset + t.length <= 1000));
+        assert!(draw_trials(&[2000], &[0.0], 1, 1000, 7).is_err());
+    }
+}

@@ -1,0 +1,57 @@
+//! Feeding tokens through a model in chunks, and greedy decoding.
+
+use mlx_rs::{Array, Dtype};
+
+use crate::cache::KvCache;
+use crate::error::ModelError;
+use crate::model::Llama;
+use crate::sampling::argmax;
+
+/// Runs `tokens` through the model after what `caches` hold, `chunk` tokens per step,
+/// and returns the logits of the last token (`[vocab]`, evaluated).
+///
+/// Each step is evaluated before the next one starts, as in a session's prefill: a KIVI
+/// cache then quantizes its oldest groups between chunks, so later chunks read the
+/// quantized history exactly as they would in use.
+pub fn prefill(
+    model: &Llama,
+    caches: &mut [Box<dyn KvCache>],
+    tokens: &[u32],
+    chunk: usize,
+) -> Result<Array, ModelError> {
+    if tokens.is_empty() {
+        return Err(ModelError::Input("no tokens to prefill".into()));
+    }
+    let pieces: Vec<&[u32]> = tokens.chunks(chunk.max(1)).collect();
+    let (last, head) = pieces.split_last().expect("at least one chunk");
+    for piece in head {
+        model.forward(piece, caches)?.eval()?;
+    }
+    let hidden = model.forward(last, caches)?;
+    let logits = model.last_logits(&hidden)?;
+    logits.eval()?;
+    Ok(logits)
+}
+
+/// The most likely next token of `[vocab]` logits (the first one on ties).
+pub fn greedy_token(logits: &Array) -> Result<u32, ModelError> {
+    let logits = if logits.dtype() == Dtype::Float32 {
+        logits.clone()
+    } else {
+        logits.as_dtype(Dtype::Float32)?
+    };
+    logits.eval()?;
+    Ok(argmax(logits.as_slice::<f32>()))
+}
+
+/// Runs one token and returns the logits of what follows it (`[vocab]`, evaluated).
+pub fn decode_step(
+    model: &Llama,
+    caches: &mut [Box<dyn KvCache>],
+    token: u32,
+) -> Result<Array, ModelError> {
+    let hidden = model.forward(&[token], caches)?;
+    let logits = model.last_logits(&hidden)?;
+    logits.eval()?;
+    Ok(logits)
+}
