@@ -248,9 +248,20 @@ fn read_array(cur: &mut Cursor<'_>, key: &str) -> Result<Array, GgufError> {
 }
 
 /// All metadata of a file, by key.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Clone, Default, PartialEq)]
 pub struct Metadata {
     entries: HashMap<String, Value>,
+}
+
+/// Entries sorted by key, so that two equal headers print the same (the fuzz target
+/// compares headers through `Debug`, since a NaN value is not `==` to itself).
+impl std::fmt::Debug for Metadata {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sorted: std::collections::BTreeMap<_, _> = self.entries.iter().collect();
+        f.debug_struct("Metadata")
+            .field("entries", &sorted)
+            .finish()
+    }
 }
 
 impl Metadata {
