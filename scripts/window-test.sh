@@ -6,7 +6,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-APP=${APP:-target/debug/kivi-chat}
+APP=${APP:-${CARGO_TARGET_DIR:-target}/debug/kivi-chat}
 OUT=artifacts/screenshots
 mkdir -p "$OUT"
 [ -x "$APP" ] || { echo "window-test: $APP is not built (cargo build -p kivi-chat)" >&2; exit 1; }
