@@ -7,24 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// The workspace root.
-pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("engine/ has a parent")
-        .to_path_buf()
-}
-
-/// The offline SmolLM2 GGUF; panics with the fix when it is absent.
-pub fn smollm2_path() -> PathBuf {
-    let path = workspace_root().join(".data/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
-        path.display()
-    );
-    path
-}
+// The offline model's helpers, shared with the other model tests. Not every test file
+// uses them (as with `dead_code` above).
+#[path = "../offline/mod.rs"]
+mod offline;
+#[allow(unused_imports)]
+pub use offline::{smollm2_path, workspace_root};
 
 /// The tiny random-weight Llama 3 checkpoint (2 layers, d = 64, 256 byte-level tokens).
 pub fn tiny_fixture() -> PathBuf {
