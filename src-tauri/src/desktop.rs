@@ -26,10 +26,20 @@ pub trait Desktop: Send + Sync + 'static {
 }
 
 /// Pre-answers the open dialog with these paths (separated like `PATH`): the end-to-end
-/// tests drive the real app through WebDriver, which cannot reach a native dialog.
+/// tests drive the real app (a debug build) through WebDriver, which cannot reach a native
+/// dialog. Release builds ignore it and the save-dialog one, so the files a release build
+/// reads or writes are always the ones the user picked.
 pub const PICK_FILES_ENV: &str = "KIVI_TEST_PICK_FILES";
 /// Pre-answers the save dialog with this path (end-to-end tests).
 pub const SAVE_FILE_ENV: &str = "KIVI_TEST_SAVE_FILE";
+
+/// A dialog's pre-set answer from the environment, in debug builds only.
+fn test_answer(name: &str) -> Option<std::ffi::OsString> {
+    cfg!(debug_assertions)
+        .then(|| std::env::var_os(name))
+        .flatten()
+        .filter(|v| !v.is_empty())
+}
 
 /// The real desktop.
 pub struct TauriDesktop(pub tauri::AppHandle);
@@ -37,7 +47,7 @@ pub struct TauriDesktop(pub tauri::AppHandle);
 impl Desktop for TauriDesktop {
     fn pick_documents(&self) -> Result<Option<Vec<PathBuf>>, String> {
         use tauri_plugin_dialog::DialogExt;
-        if let Some(paths) = std::env::var_os(PICK_FILES_ENV).filter(|p| !p.is_empty()) {
+        if let Some(paths) = test_answer(PICK_FILES_ENV) {
             return Ok(Some(std::env::split_paths(&paths).collect()));
         }
         let picked = self
@@ -62,7 +72,7 @@ impl Desktop for TauriDesktop {
         extension: &str,
     ) -> Result<Option<PathBuf>, String> {
         use tauri_plugin_dialog::DialogExt;
-        if let Some(path) = std::env::var_os(SAVE_FILE_ENV).filter(|p| !p.is_empty()) {
+        if let Some(path) = test_answer(SAVE_FILE_ENV) {
             return Ok(Some(PathBuf::from(path)));
         }
         let picked = self
