@@ -9,10 +9,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use kivi_kernels::{
     attention::{self, CacheView},
-    mlx_quant::{self, QuantizedArray},
-    quantized_len,
-    testdata::{Layer, Profile},
-    KeyAxis, QuantSpec,
+    testdata::{Layer, PackedLayer, Profile},
 };
 use mlx_rs::{transforms::eval, Array};
 
@@ -23,44 +20,6 @@ const GROUP: usize = 32;
 const RESIDUAL: usize = 128;
 
 type Attend = fn(&Array, CacheView<'_>, f32) -> Result<Array, kivi_kernels::KernelError>;
-
-struct Kivi {
-    keys: QuantizedArray,
-    values: QuantizedArray,
-    residual_keys: Array,
-    residual_values: Array,
-}
-
-impl Kivi {
-    fn new(keys: &Array, values: &Array, bits: u32) -> Self {
-        let tokens = keys.dim(2) as usize;
-        let q = quantized_len(tokens, RESIDUAL, GROUP) as i32;
-        let spec = QuantSpec::new(bits, GROUP).unwrap();
-        let k = keys.split_at_indices(&[q], Some(2)).unwrap();
-        let v = values.split_at_indices(&[q], Some(2)).unwrap();
-        let kivi = Self {
-            keys: mlx_quant::quantize(&k[0].swap_axes(-1, -2).unwrap(), spec).unwrap(),
-            values: mlx_quant::quantize(&v[0], spec).unwrap(),
-            residual_keys: k[1].contiguous().unwrap(),
-            residual_values: v[1].contiguous().unwrap(),
-        };
-        let mut arrays: Vec<&Array> = kivi.keys.arrays().into_iter().collect();
-        arrays.extend(kivi.values.arrays());
-        arrays.extend([&kivi.residual_keys, &kivi.residual_values]);
-        eval(arrays).unwrap();
-        kivi
-    }
-
-    fn view(&self) -> CacheView<'_> {
-        CacheView {
-            keys: Some(&self.keys),
-            key_axis: KeyAxis::PerChannel,
-            values: Some(&self.values),
-            residual_keys: Some(&self.residual_keys),
-            residual_values: Some(&self.residual_values),
-        }
-    }
-}
 
 fn decode_attention(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode_attention");
@@ -90,7 +49,7 @@ fn decode_attention(c: &mut Criterion) {
             })
         });
         for bits in [4, 2] {
-            let kivi = Kivi::new(&keys, &values, bits);
+            let kivi = PackedLayer::new(&keys, &values, bits, GROUP, RESIDUAL).unwrap();
             // `attend` runs the fused CPU kernel for this call; `attend_mlx` the MLX ops.
             let paths: [(&str, Attend); 2] = [
                 ("fused", attention::attend),

@@ -6,12 +6,8 @@
 use std::time::{Duration, Instant};
 
 use kivi_kernels::{
-    attention::{self, CacheView},
-    fused,
-    mlx_quant::{self, QuantizedArray},
-    quantized_len,
-    testdata::{Layer, Profile},
-    KeyAxis, QuantSpec,
+    attention, fused,
+    testdata::{Layer, PackedLayer, Profile},
 };
 use mlx_rs::{ops, transforms::eval, Array};
 
@@ -19,45 +15,9 @@ const HEADS: i32 = 9;
 const KV_HEADS: i32 = 3;
 const DIM: i32 = 64;
 
-struct Kivi {
-    keys: QuantizedArray,
-    values: QuantizedArray,
-    residual_keys: Array,
-    residual_values: Array,
-}
-
-impl Kivi {
-    fn view(&self) -> CacheView<'_> {
-        CacheView {
-            keys: Some(&self.keys),
-            key_axis: KeyAxis::PerChannel,
-            values: Some(&self.values),
-            residual_keys: Some(&self.residual_keys),
-            residual_values: Some(&self.residual_values),
-        }
-    }
-}
-
-fn kivi(keys: &Array, values: &Array, bits: u32) -> Kivi {
-    let q = quantized_len(keys.dim(2) as usize, 128, 32) as i32;
-    let spec = QuantSpec::new(bits, 32).unwrap();
-    let k = keys.split_at_indices(&[q], Some(2)).unwrap();
-    let v = values.split_at_indices(&[q], Some(2)).unwrap();
-    let kivi = Kivi {
-        keys: mlx_quant::quantize(&k[0].swap_axes(-1, -2).unwrap(), spec).unwrap(),
-        values: mlx_quant::quantize(&v[0], spec).unwrap(),
-        residual_keys: k[1].contiguous().unwrap(),
-        residual_values: v[1].contiguous().unwrap(),
-    };
-    let mut all: Vec<&Array> = kivi
-        .keys
-        .arrays()
-        .into_iter()
-        .chain(kivi.values.arrays())
-        .collect();
-    all.extend([&kivi.residual_keys, &kivi.residual_values]);
-    eval(all).unwrap();
-    kivi
+/// The example's cache: G = 32, R = 128.
+fn kivi(keys: &Array, values: &Array, bits: u32) -> PackedLayer {
+    PackedLayer::new(keys, values, bits, 32, 128).unwrap()
 }
 
 fn main() {

@@ -128,6 +128,54 @@ impl Layer {
     }
 }
 
+/// One layer's KIVI cache built in one go from full-precision keys and values
+/// `[B, H, T, D]`: the first `quantized_len(T, residual, group)` tokens quantized (keys per
+/// channel, stored transposed; values per token), the rest kept as the residual window.
+/// Evaluated on return. For benchmarks of attention over a cache of a given length.
+pub struct PackedLayer {
+    pub keys: crate::mlx_quant::QuantizedArray,
+    pub values: crate::mlx_quant::QuantizedArray,
+    pub residual_keys: mlx_rs::Array,
+    pub residual_values: mlx_rs::Array,
+}
+
+impl PackedLayer {
+    pub fn new(
+        keys: &mlx_rs::Array,
+        values: &mlx_rs::Array,
+        bits: u32,
+        group: usize,
+        residual: usize,
+    ) -> Result<Self, crate::KernelError> {
+        use crate::mlx_quant::quantize;
+        let spec = crate::QuantSpec::new(bits, group)?;
+        let q = crate::quantized_len(keys.dim(2) as usize, residual, group) as i32;
+        let k = keys.split_at_indices(&[q], Some(2))?;
+        let v = values.split_at_indices(&[q], Some(2))?;
+        let layer = Self {
+            keys: quantize(&k[0].swap_axes(-1, -2)?, spec)?,
+            values: quantize(&v[0], spec)?,
+            residual_keys: k[1].contiguous()?,
+            residual_values: v[1].contiguous()?,
+        };
+        let mut all: Vec<&mlx_rs::Array> = layer.keys.arrays().into_iter().collect();
+        all.extend(layer.values.arrays());
+        all.extend([&layer.residual_keys, &layer.residual_values]);
+        mlx_rs::transforms::eval(all)?;
+        Ok(layer)
+    }
+
+    pub fn view(&self) -> crate::attention::CacheView<'_> {
+        crate::attention::CacheView {
+            keys: Some(&self.keys),
+            key_axis: crate::KeyAxis::PerChannel,
+            values: Some(&self.values),
+            residual_keys: Some(&self.residual_keys),
+            residual_values: Some(&self.residual_values),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
