@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use kivi_kernels::{
-    attention, fused,
+    attention, fused, host,
     testdata::{Layer, PackedLayer, Profile},
 };
 use mlx_rs::{ops, transforms::eval, Array};
@@ -18,6 +18,18 @@ const DIM: i32 = 64;
 /// The example's cache: G = 32, R = 128.
 fn kivi(keys: &Array, values: &Array, bits: u32) -> PackedLayer {
     PackedLayer::new(keys, values, bits, 32, 128).unwrap()
+}
+
+/// Token-major keys or values of `t` tokens per head, as the full cache's CPU path holds
+/// them (float32 host buffers, read by BLAS products).
+fn segment(data: &[f32], t: usize) -> host::attention::Segment<'_> {
+    host::attention::Segment {
+        data,
+        len: t,
+        head_stride: t * DIM as usize,
+        row_stride: DIM as usize,
+        channel_major: false,
+    }
 }
 
 fn main() {
@@ -56,7 +68,31 @@ fn main() {
         eval([&q, &w]).unwrap();
 
         type Run<'a> = Box<dyn Fn() -> Array + 'a>;
+        let host_shape = host::attention::Shape {
+            batch: 1,
+            heads: HEADS as usize,
+            kv_heads: KV_HEADS as usize,
+            queries: 1,
+            dim: DIM as usize,
+            value_dim: DIM as usize,
+        };
         let variants: Vec<(&str, Run)> = vec![
+            (
+                "fp32 host (full cache)",
+                Box::new(|| {
+                    let mut out = vec![0f32; (HEADS * DIM) as usize];
+                    host::attention::attend(
+                        &layer.queries,
+                        host_shape,
+                        &[segment(&layer.keys, t)],
+                        &[segment(&layer.values, t)],
+                        scale,
+                        &mut out,
+                    )
+                    .unwrap();
+                    Array::from_slice(&out, &[1, HEADS, 1, DIM])
+                }),
+            ),
             (
                 "fp32 sdpa",
                 Box::new(|| attention::full_precision(&queries, &keys, &values, scale).unwrap()),
@@ -94,8 +130,15 @@ fn main() {
                 Box::new(|| q.matmul(keys.swap_axes(-1, -2).unwrap()).unwrap()),
             ),
         ];
+        // `DECODE_TIMING_ONLY=fused` times only the variants whose name contains it.
+        let only = std::env::var("DECODE_TIMING_ONLY").unwrap_or_default();
+        let variants: Vec<(&str, Run)> = variants
+            .into_iter()
+            .filter(|(name, _)| name.contains(&only))
+            .collect();
         let mut times: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
-        for _ in 0..20 {
+        let rounds = std::env::var("DECODE_TIMING_ROUNDS").map_or(20, |r| r.parse().unwrap_or(20));
+        for _ in 0..rounds {
             for (i, (_, run)) in variants.iter().enumerate() {
                 let start = Instant::now();
                 run().eval().unwrap();

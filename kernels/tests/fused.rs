@@ -45,7 +45,7 @@ fn reference_output(layer: &Layer, spec: &CacheSpec, scale: f32) -> Vec<f32> {
 #[test]
 fn matches_the_reference_and_the_mlx_path() {
     let scale = 0.125;
-    for (heads, kv_heads) in [(9, 3), (4, 4), (8, 2)] {
+    for (heads, kv_heads) in [(9, 3), (4, 4), (8, 2), (14, 2)] {
         for (kb, vb) in [(2, 2), (4, 4), (4, 2), (2, 4)] {
             for (g, r) in [(32, 32), (64, 128), (128, 0)] {
                 for tokens in [5, 160, 256, 333] {

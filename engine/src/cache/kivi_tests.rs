@@ -219,8 +219,9 @@ fn attention_matches_the_reference_cache() {
             };
             let want = reference_attention::attention(&queries, &keys, &values, shape, scale);
             let err = reference_attention::compare(&f32s(&got), &want, DIM);
+            // float32 rounding on outputs of magnitude ~20 (the outlier channels).
             assert!(
-                err.relative < 3e-6 && err.max_abs < 2e-5,
+                err.relative < 3e-6 && err.max_abs < 5e-5,
                 "{config} at {at}: {err:?}"
             );
         }

@@ -13,6 +13,10 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// Below this, `exp` is 0 in practice (`exp(-87.3)` is the smallest normal float).
 const MIN_ARG: f32 = -87.3;
 const MAX_ARG: f32 = 88.7;
+/// 1.5 * 2^23: adding it to a small whole float leaves that number in the low bits.
+const SHIFTER: f32 = 12_582_912.0;
+/// Partial sums kept by [`exp_in_place`]: one AVX register of floats.
+const LANES: usize = 8;
 
 /// `e^x` (relative error below 2e-7 for `-87 < x < 88`; clamped outside).
 #[inline(always)]
@@ -27,17 +31,38 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    // 2^n from the bits of n + 1.5 * 2^23, whose low mantissa bits hold n (|n| < 2^22):
+    // `n as i32` would be a saturating conversion, which does not vectorize.
+    let shifted = (n + SHIFTER).to_bits().wrapping_sub(SHIFTER.to_bits());
+    y * f32::from_bits(shifted.wrapping_add(127) << 23)
+}
+
+/// Replaces each `x` of a non-empty row by `e^(x - max)` and returns `(max, sum)`: the
+/// unnormalized softmax, for callers that combine rows computed in parts.
+#[inline(always)]
+pub(crate) fn exp_in_place(row: &mut [f32]) -> (f32, f32) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    // Eight partial sums: one running total would be a chain of dependent additions that
+    // keeps the loop (and its `exp`) from being vectorized.
+    let mut lanes = [0f32; LANES];
+    let mut chunks = row.chunks_exact_mut(LANES);
+    for chunk in &mut chunks {
+        for (x, lane) in chunk.iter_mut().zip(&mut lanes) {
+            *x = exp(*x - max);
+            *lane += *x;
+        }
+    }
+    let mut total: f32 = lanes.iter().sum();
+    for x in chunks.into_remainder() {
+        *x = exp(*x - max);
+        total += *x;
+    }
+    (max, total)
 }
 
 #[inline(always)]
 fn softmax_body(row: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut total = 0f32;
-    for x in row.iter_mut() {
-        *x = exp(*x - max);
-        total += *x;
-    }
+    let (_, total) = exp_in_place(row);
     let inv = 1.0 / total;
     for x in row.iter_mut() {
         *x *= inv;

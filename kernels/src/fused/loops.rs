@@ -1,0 +1,339 @@
+//! The kernel's loops: attention of one span of tokens for every KV head, with the scale
+//! and zero factored out of the inner loops,
+//!
+//! `q . k'_n = sum_c (q_c * s_cg) * code_cn + sum_c q_c * z_cg` (keys per channel), and
+//! `sum_n w_n v'_nd = sum_n (w_n * s_ng) * code_nd + sum_n w_n * z_ng` (values per token),
+//!
+//! so that each code costs one multiply-add. The inner loops have fixed trip counts (a
+//! packed word's codes, up to four query rows) so that the compiler keeps the accumulators
+//! in vector registers; they run with AVX2 and FMA where the CPU has them.
+
+use super::view::{Parts, QuantizedHead};
+use super::{Partial, Span};
+use crate::host::softmax::exp_in_place;
+
+/// Attention of the pre-scaled queries `q` (`[pairs, rep, D]`, query heads grouped by
+/// their KV head) over the tokens of `span`, for every (batch, KV head) pair.
+pub(super) fn span(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
+            pairs::<Fused>(kv, q, rep, span)
+        }
+        if crate::host::has_avx2() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+            return unsafe { avx2(kv, q, rep, span) };
+        }
+    }
+    pairs::<Separate>(kv, q, rep, span)
+}
+
+/// A plain loop, no closure: a closure would be compiled without the caller's target
+/// features, and [`Fused`]'s `mul_add` would become a library call.
+#[inline(always)]
+fn pairs<M: MulAdd>(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
+    let d = kv.key_dim;
+    let mut parts = Vec::with_capacity(kv.batch * kv.heads);
+    for pair in 0..kv.batch * kv.heads {
+        let q = &q[pair * rep * d..(pair + 1) * rep * d];
+        parts.push(head::<M>(kv, pair, q, rep, span));
+    }
+    parts
+}
+
+/// `a * b + c`, rounded once ([`Fused`], where the CPU has FMA) or twice ([`Separate`]:
+/// `mul_add` without FMA hardware is a slow library call).
+trait MulAdd {
+    fn mul_add(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// One fused multiply-add instruction; only inside functions compiled with FMA enabled.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+struct Fused;
+
+impl MulAdd for Fused {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// A multiply, then an add.
+struct Separate;
+
+impl MulAdd for Separate {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+/// Attention of `rep` query rows `q` (`[rep, D]`) over pair `index`'s tokens in `span`:
+/// the quantized tokens of the span, then the residual window if the span includes it.
+#[inline(always)]
+fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &Span) -> Partial {
+    let (d, dv, tr) = (kv.key_dim, kv.value_dim, kv.residual);
+    let quantized = span.tokens.len();
+    let residual = if span.residual { tr } else { 0 };
+    let total = quantized + residual;
+    let mut scores = vec![0f32; rep * total];
+    if let (Some(keys), true) = (&kv.keys, quantized > 0) {
+        let k = keys.head(index, d, kv.quantized);
+        match keys.bits {
+            2 => key_scores::<M, 2, 16>(&k, q, rep, span, &mut scores, total),
+            _ => key_scores::<M, 4, 8>(&k, q, rep, span, &mut scores, total),
+        }
+    }
+    let rk = &kv.residual_keys[index * tr * d..(index + 1) * tr * d];
+    for r in 0..rep {
+        let qr = &q[r * d..(r + 1) * d];
+        for (n, key) in rk.chunks_exact(d).take(residual).enumerate() {
+            scores[r * total + quantized + n] = qr.iter().zip(key).map(|(a, b)| a * b).sum();
+        }
+    }
+    let (mut max, mut sum) = (vec![0f32; rep], vec![0f32; rep]);
+    for (r, row) in scores.chunks_exact_mut(total).enumerate() {
+        (max[r], sum[r]) = exp_in_place(row);
+    }
+    let mut out = vec![0f32; rep * dv];
+    if let (Some(values), true) = (&kv.values, quantized > 0) {
+        let v = values.head(index, kv.quantized, dv);
+        let rows = ValueRows {
+            head: &v,
+            weights: &scores,
+            ld: total,
+            first: span.tokens.start,
+            tokens: quantized,
+            dim: dv,
+        };
+        match values.bits {
+            2 => rows.output::<M, 2, 16>(rep, &mut out),
+            _ => rows.output::<M, 4, 8>(rep, &mut out),
+        }
+    }
+    let rv = &kv.residual_values[index * tr * dv..(index + 1) * tr * dv];
+    for r in 0..rep {
+        for (n, value) in rv.chunks_exact(dv).take(residual).enumerate() {
+            let w = scores[r * total + quantized + n];
+            for (o, &x) in out[r * dv..(r + 1) * dv].iter_mut().zip(value) {
+                *o = M::mul_add(w, x, *o);
+            }
+        }
+    }
+    Partial { out, max, sum }
+}
+
+/// The zero point that goes with centred codes: `q * s + z = (q - mid) * s + (z + mid * s)`.
+///
+/// Centring keeps the factored-out term `sum w * zero` near the size of the result: with
+/// the raw minimum as zero, it and the code term are both large and nearly cancel (values
+/// grouped around 0 have a zero near -2), which cost two decimal digits.
+#[inline(always)]
+fn centred_zero<const BITS: u32>(scale: f32, zero: f32) -> f32 {
+    zero + scale * ((1u32 << BITS) - 1) as f32 / 2.0
+}
+
+/// The `PW = 32 / BITS` codes of a word, lowest bits first, centred (`code - mid`): a
+/// fixed-size loop over constant shifts, a few vector instructions per word.
+#[inline(always)]
+fn unpack<const BITS: u32, const PW: usize>(word: u32) -> [f32; PW] {
+    let mask = (1u32 << BITS) - 1;
+    let mid = mask as f32 / 2.0;
+    let mut out = [0f32; PW];
+    for (j, o) in out.iter_mut().enumerate() {
+        // Through i32: a u32 to f32 conversion takes several vector instructions.
+        *o = ((word >> (BITS as usize * j)) & mask) as i32 as f32 - mid;
+    }
+    out
+}
+
+/// Query rows handled together: their accumulators stay in vector registers (4 rows of 16
+/// floats at 2 bits is 8 AVX registers).
+const ROWS: usize = 4;
+
+/// Calls `$f::<M, BITS, PW, NR>(args)` for `nr` rows (1 to [`ROWS`]) with the bit width's
+/// constants, so that every inner loop has fixed trip counts.
+macro_rules! by_rows {
+    ($self:ident . $f:ident, $m:ty, $bits:expr, $nr:expr, ($($arg:expr),* $(,)?)) => {
+        match ($bits, $nr) {
+            (2, 4) => $self.$f::<$m, 2, 16, 4>($($arg),*),
+            (2, 3) => $self.$f::<$m, 2, 16, 3>($($arg),*),
+            (2, 2) => $self.$f::<$m, 2, 16, 2>($($arg),*),
+            (2, _) => $self.$f::<$m, 2, 16, 1>($($arg),*),
+            (_, 4) => $self.$f::<$m, 4, 8, 4>($($arg),*),
+            (_, 3) => $self.$f::<$m, 4, 8, 3>($($arg),*),
+            (_, 2) => $self.$f::<$m, 4, 8, 2>($($arg),*),
+            (_, _) => $self.$f::<$m, 4, 8, 1>($($arg),*),
+        }
+    };
+}
+
+/// One group of quantized keys (per channel: row `c` of `packed` holds channel `c` of
+/// every token) with the query rows folded into its scales.
+struct KeyGroup<'a> {
+    packed: &'a [u32],
+    /// Words per channel row.
+    words: usize,
+    /// `a[c * rep + r] = q[r, c] * scale[c, group]`.
+    a: &'a [f32],
+    rep: usize,
+    /// `sum_c q[r, c] * centred_zero[c, group]` per row.
+    bias: &'a [f32],
+}
+
+impl KeyGroup<'_> {
+    /// Scores of rows `r0 .. r0 + NR` for the `PW` tokens of word column `w`, written at
+    /// column `col` of `scores` (row stride `ld`).
+    #[inline(always)]
+    fn block<M: MulAdd, const BITS: u32, const PW: usize, const NR: usize>(
+        &self,
+        w: usize,
+        col: usize,
+        r0: usize,
+        scores: &mut [f32],
+        ld: usize,
+    ) {
+        let mut acc = [[0f32; PW]; NR];
+        for (c, a) in self.a.chunks_exact(self.rep).enumerate() {
+            let codes = unpack::<BITS, PW>(self.packed[c * self.words + w]);
+            for (acc, &a) in acc.iter_mut().zip(&a[r0..r0 + NR]) {
+                for (o, &code) in acc.iter_mut().zip(&codes) {
+                    *o = M::mul_add(a, code, *o);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let row = r0 + r;
+            let bias = self.bias[row];
+            for (o, &x) in scores[row * ld + col..][..PW].iter_mut().zip(acc) {
+                *o = x + bias;
+            }
+        }
+    }
+}
+
+/// Scores `[rep, ld]` (from column 0) of query rows `q` (`[rep, D]`) over the quantized
+/// keys of `span`, one group at a time.
+#[inline(always)]
+fn key_scores<M: MulAdd, const BITS: u32, const PW: usize>(
+    k: &QuantizedHead<'_>,
+    q: &[f32],
+    rep: usize,
+    span: &Span,
+    scores: &mut [f32],
+    ld: usize,
+) {
+    let g = k.group;
+    let d = q.len() / rep;
+    let groups = k.scales.len() / d;
+    let words = groups * g / PW;
+    let mut a = vec![0f32; d * rep];
+    let mut bias = vec![0f32; rep];
+    for group in span.tokens.start / g..span.tokens.end / g {
+        bias.fill(0.0);
+        for c in 0..d {
+            let s = k.scales[c * groups + group];
+            let z = centred_zero::<BITS>(s, k.zeros[c * groups + group]);
+            for r in 0..rep {
+                let qc = q[r * d + c];
+                a[c * rep + r] = qc * s;
+                bias[r] = M::mul_add(qc, z, bias[r]);
+            }
+        }
+        let rows = KeyGroup {
+            packed: k.packed,
+            words,
+            a: &a,
+            rep,
+            bias: &bias,
+        };
+        for w in group * g / PW..(group + 1) * g / PW {
+            let col = w * PW - span.tokens.start;
+            for r0 in (0..rep).step_by(ROWS) {
+                by_rows!(
+                    rows.block,
+                    M,
+                    BITS,
+                    ROWS.min(rep - r0),
+                    (w, col, r0, scores, ld)
+                );
+            }
+        }
+    }
+}
+
+/// Quantized values (per token: row `n` of `packed` holds token `n`'s channels) and the
+/// weights of the span's tokens.
+struct ValueRows<'a> {
+    head: &'a QuantizedHead<'a>,
+    /// `[rep, ld]`: column `n - first` weighs token `n`.
+    weights: &'a [f32],
+    ld: usize,
+    first: usize,
+    tokens: usize,
+    dim: usize,
+}
+
+impl ValueRows<'_> {
+    /// `out` (`[rep, Dv]`) += the weighted sum of the span's quantized values.
+    #[inline(always)]
+    fn output<M: MulAdd, const BITS: u32, const PW: usize>(&self, rep: usize, out: &mut [f32]) {
+        let (g, dv) = (self.head.group, self.dim);
+        let groups = dv / g;
+        let mut bias = vec![0f32; rep * groups];
+        for n in 0..self.tokens {
+            let token = self.first + n;
+            for group in 0..groups {
+                let s = self.head.scales[token * groups + group];
+                let z = centred_zero::<BITS>(s, self.head.zeros[token * groups + group]);
+                for r in 0..rep {
+                    let b = &mut bias[r * groups + group];
+                    *b = M::mul_add(self.weights[r * self.ld + n], z, *b);
+                }
+            }
+        }
+        for dw in 0..dv / PW {
+            for r0 in (0..rep).step_by(ROWS) {
+                by_rows!(self.block, M, BITS, ROWS.min(rep - r0), (dw, r0, &mut *out));
+            }
+        }
+        for r in 0..rep {
+            for (c, o) in out[r * dv..(r + 1) * dv].iter_mut().enumerate() {
+                *o += bias[r * groups + c / g];
+            }
+        }
+    }
+
+    /// Rows `r0 .. r0 + NR` of `out` += `sum_n (w[r, n] * scale[n, group]) * code[n, ch]`
+    /// for the `PW` channels of word column `dw`.
+    #[inline(always)]
+    fn block<M: MulAdd, const BITS: u32, const PW: usize, const NR: usize>(
+        &self,
+        dw: usize,
+        r0: usize,
+        out: &mut [f32],
+    ) {
+        let (dv, words) = (self.dim, self.dim / PW);
+        let groups = dv / self.head.group;
+        let group = dw * PW / self.head.group;
+        let mut acc = [[0f32; PW]; NR];
+        for n in 0..self.tokens {
+            let token = self.first + n;
+            let codes = unpack::<BITS, PW>(self.head.packed[token * words + dw]);
+            let s = self.head.scales[token * groups + group];
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let a = self.weights[(r0 + r) * self.ld + n] * s;
+                for (o, &code) in acc.iter_mut().zip(&codes) {
+                    *o = M::mul_add(a, code, *o);
+                }
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            let row = r0 + r;
+            for (o, &x) in out[row * dv + dw * PW..][..PW].iter_mut().zip(acc) {
+                *o += x;
+            }
+        }
+    }
+}

@@ -1,0 +1,232 @@
+//! The cache as the kernel reads it: evaluated MLX buffers checked against each other and
+//! borrowed as host slices (scales, zeros and the residual window converted to float32
+//! when they are stored in float16).
+
+use std::borrow::Cow;
+
+use half::{f16, slice::HalfFloatSliceExt};
+use mlx_rs::{transforms::eval, Array, Dtype};
+
+use crate::{attention::CacheView, mlx_quant::QuantizedArray, KernelError};
+
+/// One quantized tensor on the host: packed codes, and scales and zeros in float32
+/// (borrowed when stored in float32, converted once per call when stored in float16).
+pub(super) struct Quantized<'a> {
+    pub(super) packed: &'a [u32],
+    scales: Cow<'a, [f32]>,
+    zeros: Cow<'a, [f32]>,
+    pub(super) bits: u32,
+    pub(super) group: usize,
+}
+
+/// The part of a [`Quantized`] that belongs to one `(batch, head)` pair.
+pub(super) struct QuantizedHead<'a> {
+    pub(super) packed: &'a [u32],
+    pub(super) scales: &'a [f32],
+    pub(super) zeros: &'a [f32],
+    pub(super) group: usize,
+}
+
+impl<'a> Quantized<'a> {
+    fn new(q: &QuantizedArray, arrays: &'a [Array; 3]) -> Result<Self, KernelError> {
+        Ok(Self {
+            packed: slice::<u32>(&arrays[0])?,
+            scales: floats(&arrays[1])?,
+            zeros: floats(&arrays[2])?,
+            bits: q.spec.bits(),
+            group: q.spec.group_size(),
+        })
+    }
+
+    /// The part of one `(batch, head)` pair: `rows` rows of `cols` codes.
+    pub(super) fn head(&self, index: usize, rows: usize, cols: usize) -> QuantizedHead<'_> {
+        let words = rows * cols * self.bits as usize / 32;
+        let groups = rows * cols / self.group;
+        QuantizedHead {
+            packed: &self.packed[index * words..(index + 1) * words],
+            scales: &self.scales[index * groups..(index + 1) * groups],
+            zeros: &self.zeros[index * groups..(index + 1) * groups],
+            group: self.group,
+        }
+    }
+}
+
+/// Contiguous, evaluated arrays the kernel reads (the cache's own buffers when they are
+/// already contiguous, which they are), owned here so that slices can borrow them.
+pub(super) struct Held {
+    pub(super) queries: Array,
+    keys: Option<(QuantizedArray, [Array; 3])>,
+    values: Option<(QuantizedArray, [Array; 3])>,
+    residual: Option<(Array, Array)>,
+}
+
+impl Held {
+    pub(super) fn new(cache: &CacheView<'_>, queries: &Array) -> Result<Self, KernelError> {
+        if cache.keys.is_some() != cache.values.is_some()
+            || cache.residual_keys.is_some() != cache.residual_values.is_some()
+        {
+            return Err(KernelError::Shape("keys and values held unevenly".into()));
+        }
+        // One evaluation for everything: each host read would otherwise wait for the
+        // scheduler on its own.
+        let mut sources = vec![queries];
+        for q in cache.keys.iter().chain(&cache.values) {
+            sources.extend(q.arrays());
+        }
+        sources.extend(cache.residual_keys.iter().chain(&cache.residual_values));
+        eval(sources)?;
+        let mut copies = Vec::new();
+        let mut ready = |a: &Array| -> Result<Array, KernelError> {
+            if row_contiguous(a) {
+                return Ok(a.clone());
+            }
+            let copy = a.contiguous()?;
+            copies.push(copy.clone());
+            Ok(copy)
+        };
+        let mut quantized = |q: &QuantizedArray| -> Result<_, KernelError> {
+            Ok((
+                q.clone(),
+                [ready(&q.packed)?, ready(&q.scales)?, ready(&q.zeros)?],
+            ))
+        };
+        let keys = cache.keys.map(&mut quantized).transpose()?;
+        let values = cache.values.map(&mut quantized).transpose()?;
+        let residual = match (cache.residual_keys, cache.residual_values) {
+            (Some(k), Some(v)) => Some((ready(k)?, ready(v)?)),
+            _ => None,
+        };
+        let held = Self {
+            queries: ready(queries)?,
+            keys,
+            values,
+            residual,
+        };
+        if !copies.is_empty() {
+            eval(&copies)?;
+        }
+        Ok(held)
+    }
+
+    /// Host views of the arrays, after checking that their shapes fit together (so that
+    /// no slice below can go out of bounds, whatever view the caller built).
+    pub(super) fn parts(&self) -> Result<Parts<'_>, KernelError> {
+        let mut arrays: Vec<&Array> = Vec::new();
+        for (_, a) in self.keys.iter().chain(&self.values) {
+            arrays.extend(a.iter());
+        }
+        if let Some((k, v)) = &self.residual {
+            arrays.extend([k, v]);
+        }
+        if arrays.iter().any(|a| a.ndim() != 4) {
+            return Err(KernelError::Shape("cache arrays must be 4-D".into()));
+        }
+        let dims = |a: &Array| a.shape().iter().map(|&d| d as usize).collect::<Vec<_>>();
+        let (mut batch, mut heads, mut key_dim, mut value_dim) = (0, 0, 0, 0);
+        let (mut quantized, mut residual) = (0, 0);
+        let (mut keys, mut values) = (None, None);
+        let mut expected: Vec<(&Array, [usize; 4])> = Vec::new();
+        if let (Some((k, ka)), Some((v, va))) = (&self.keys, &self.values) {
+            // keys [B, H, D, Tq * b / 32], values [B, H, Tq, Dv * b / 32]
+            let (ks, vs) = (dims(&ka[0]), dims(&va[0]));
+            (batch, heads, key_dim) = (ks[0], ks[1], ks[2]);
+            quantized = vs[2];
+            value_dim = vs[3] * v.spec.per_word();
+            let (kg, vg) = (
+                quantized / k.spec.group_size(),
+                value_dim / v.spec.group_size(),
+            );
+            let key_words = quantized / k.spec.per_word();
+            expected.extend([
+                (&ka[0], [batch, heads, key_dim, key_words]),
+                (&ka[1], [batch, heads, key_dim, kg]),
+                (&ka[2], [batch, heads, key_dim, kg]),
+                (&va[1], [batch, heads, quantized, vg]),
+                (&va[2], [batch, heads, quantized, vg]),
+            ]);
+            if !quantized.is_multiple_of(k.spec.group_size())
+                || !value_dim.is_multiple_of(v.spec.group_size())
+            {
+                return Err(KernelError::Shape(
+                    "quantized arrays are not whole groups".into(),
+                ));
+            }
+            keys = Some(Quantized::new(k, ka)?);
+            values = Some(Quantized::new(v, va)?);
+        }
+        let (mut residual_keys, mut residual_values) =
+            (Cow::Borrowed(&[][..]), Cow::Borrowed(&[][..]));
+        if let Some((k, v)) = &self.residual {
+            let (ks, vs) = (dims(k), dims(v));
+            if keys.is_none() {
+                (batch, heads, key_dim, value_dim) = (ks[0], ks[1], ks[3], vs[3]);
+            }
+            residual = ks[2];
+            expected.extend([
+                (k, [batch, heads, residual, key_dim]),
+                (v, [batch, heads, residual, value_dim]),
+            ]);
+            residual_keys = floats(k)?;
+            residual_values = floats(v)?;
+        }
+        for (array, shape) in expected {
+            if dims(array) != shape {
+                return Err(KernelError::Shape(format!(
+                    "cache array {:?} where {shape:?} was expected",
+                    array.shape()
+                )));
+            }
+        }
+        Ok(Parts {
+            batch,
+            heads,
+            key_dim,
+            value_dim,
+            quantized,
+            residual,
+            keys,
+            values,
+            residual_keys,
+            residual_values,
+        })
+    }
+}
+
+/// The whole cache as host slices.
+pub(super) struct Parts<'a> {
+    pub(super) batch: usize,
+    pub(super) heads: usize,
+    pub(super) key_dim: usize,
+    pub(super) value_dim: usize,
+    pub(super) quantized: usize,
+    pub(super) residual: usize,
+    pub(super) keys: Option<Quantized<'a>>,
+    pub(super) values: Option<Quantized<'a>>,
+    pub(super) residual_keys: Cow<'a, [f32]>,
+    pub(super) residual_values: Cow<'a, [f32]>,
+}
+
+/// Whether an evaluated array's buffer is laid out row-major with no gaps, so that it can
+/// be read as a host slice as it is.
+fn row_contiguous(a: &Array) -> bool {
+    let mut contiguous = false;
+    // SAFETY: a live array handle and a pointer to a bool, as the C API expects.
+    let status = unsafe { mlx_sys::_mlx_array_is_row_contiguous(&mut contiguous, a.as_ptr()) };
+    status == 0 && contiguous
+}
+
+/// Float32 values of a float32 or float16 array (the latter converted).
+fn floats(a: &Array) -> Result<Cow<'_, [f32]>, KernelError> {
+    if a.dtype() == Dtype::Float16 {
+        let half = slice::<f16>(a)?;
+        let mut out = vec![0f32; half.len()];
+        half.convert_to_f32_slice(&mut out);
+        return Ok(Cow::Owned(out));
+    }
+    Ok(Cow::Borrowed(slice::<f32>(a)?))
+}
+
+pub(super) fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], KernelError> {
+    a.try_as_slice::<T>()
+        .map_err(|e| KernelError::Shape(format!("cannot read an array on the host: {e}")))
+}
