@@ -79,13 +79,16 @@ pub struct KvShape {
     pub head_dim: usize,
 }
 
-/// Bytes of one model's KV caches holding `tokens` positions, keys and values in
-/// `dtype_bytes`-byte floats (the compute dtype; KIVI's scales and zeros too).
+/// Bytes of one model's KV caches holding `tokens` positions, for a model computing in
+/// `dtype_bytes`-byte floats: a full cache holds keys and values in the compute dtype; a
+/// KIVI cache holds its scales, zeros and residual window in 16 bits
+/// ([`crate::cache::storage_dtype`]).
 pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_bytes: u64) -> u64 {
     let (t, d) = (tokens as u64, shape.head_dim as u64);
     let per_head = match cache {
         CacheConfig::Full => 2 * t * d * dtype_bytes,
         CacheConfig::Kivi(k) => {
+            let dtype_bytes = dtype_bytes.min(2);
             let (r, g) = (k.residual_length() as u64, k.group_size() as u64);
             // Tokens age out of the residual window in whole groups (DESIGN.md).
             let quantized = t.saturating_sub(r) / g * g;
@@ -102,7 +105,7 @@ pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_
 }
 
 /// Bytes per element of the compute dtype.
-fn compute_bytes() -> u64 {
+pub fn compute_bytes() -> u64 {
     match compute_dtype() {
         Dtype::Float16 | Dtype::Bfloat16 => 2,
         Dtype::Float64 => 8,
@@ -303,12 +306,13 @@ mod tests {
     fn kivi_cache_bytes_follow_the_flush_rule() {
         let k2 = CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 128).unwrap());
         // Within the window (R + G - 1 tokens) everything is full precision.
+        // A float32 model: the window, scales and zeros are float16 all the same.
         let one = |t| kv_cache_bytes(SHAPE, t, &k2, 4) / 90;
-        assert_eq!(one(159), 2 * 159 * 64 * 4);
+        assert_eq!(one(159), 2 * 159 * 64 * 2);
         // One token more and a group of 32 is quantized: 2 bits per element plus a scale
         // and a zero per key channel and per value group.
-        let quantized = 32 * 64 * 2 / 8 * 2 + (64 + 32 * 2) * 2 * 4;
-        assert_eq!(one(160), quantized + 2 * 128 * 64 * 4);
+        let quantized = 32 * 64 * 2 / 8 * 2 + (64 + 32 * 2) * 2 * 2;
+        assert_eq!(one(160), quantized + 2 * 128 * 64 * 2);
         let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, 4);
         let kivi = kv_cache_bytes(SHAPE, 8192, &k2, 4);
         assert!(kivi * 5 < full, "{kivi} vs {full}");

@@ -50,6 +50,7 @@ fn main() {
                     values: QuantSpec::new(vb, group).unwrap(),
                     residual,
                     key_axis: axis,
+                    storage: Default::default(),
                 };
                 let (mut rel, mut cos, mut spec_rel) = (0.0, 0.0, 0.0f64);
                 for layer in &layers {

@@ -122,9 +122,11 @@ pub fn attend_host(
     // (keys, values, channel-major keys) per segment, as evaluated float32 arrays.
     let mut parts: Vec<(Array, Array, bool)> = Vec::with_capacity(2);
     if let (Some(k), Some(v)) = (cache.keys, cache.values) {
+        // Scales and zeros in float32 first, so that MLX dequantizes straight to float32.
+        let f32_params = |q: &QuantizedArray| q.with_param_dtype(Dtype::Float32);
         parts.push((
-            host_f32(&k.dequantize()?)?,
-            host_f32(&v.dequantize()?)?,
+            host_f32(&f32_params(k)?.dequantize()?)?,
+            host_f32(&f32_params(v)?.dequantize()?)?,
             cache.key_axis == KeyAxis::PerChannel,
         ));
     }

@@ -11,7 +11,7 @@
 //! `quantized_matmul` and `dequantize` unchanged (`bias` = `zero`).
 //!
 //! The arithmetic runs in float32 whatever the input dtype; scales and zeros are stored in
-//! the input's dtype (float32 on the CPU, float16 on Metal). With float16 storage the
+//! the input's dtype (the KIVI cache passes float16 or bfloat16). With 16-bit storage the
 //! codes are computed against the rounded scale and zero, so they agree with what
 //! dequantization uses.
 
@@ -129,6 +129,16 @@ impl QuantizedArray {
             self.spec.group_size() as i32,
             self.spec.bits() as i32,
         )?)
+    }
+
+    /// The same codes with scales and zeros in `dtype` (dequantizing then gives `dtype`).
+    pub fn with_param_dtype(&self, dtype: Dtype) -> Result<Self, KernelError> {
+        Ok(Self {
+            packed: self.packed.clone(),
+            scales: self.scales.as_dtype(dtype)?,
+            zeros: self.zeros.as_dtype(dtype)?,
+            spec: self.spec,
+        })
     }
 
     /// Bytes of the three buffers, as MLX reports them.

@@ -27,12 +27,45 @@ pub struct QuantizedMatrix {
     pub zeros: Vec<f32>,
 }
 
+/// The format scales and zeros are stored in. With [`Storage::F16`] the scale and the
+/// zero are rounded to float16 and the codes are computed against the rounded values, the
+/// ones dequantization will use; a KIVI cache with float16 storage also rounds its inputs
+/// (and keeps its residual window) in float16.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Storage {
+    /// float32: the formulas as written.
+    #[default]
+    F32,
+    /// float16.
+    F16,
+}
+
+impl Storage {
+    /// `x` as stored.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            Storage::F32 => x,
+            Storage::F16 => half::f16::from_f32(x).to_f32(),
+        }
+    }
+}
+
 /// Quantizes one group into `codes` (same length) and returns `(scale, zero)`.
 pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u8]) -> (f32, f32) {
+    quantize_group_stored(group, bits, Storage::F32, codes)
+}
+
+/// [`quantize_group`] with the scale and zero stored as `storage` (returned as stored).
+pub fn quantize_group_stored(
+    group: &[f32],
+    bits: u32,
+    storage: Storage,
+    codes: &mut [u8],
+) -> (f32, f32) {
     let max_code = ((1u32 << bits) - 1) as f32;
     let lo = group.iter().copied().fold(f32::INFINITY, f32::min);
     let hi = group.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let scale = (hi - lo) / max_code;
+    let (scale, lo) = (storage.round((hi - lo) / max_code), storage.round(lo));
     // A constant group has x - zero == 0 for every x, so any divisor gives code 0.
     let divisor = if scale == 0.0 { 1.0 } else { scale };
     for (code, &x) in codes.iter_mut().zip(group) {
@@ -53,6 +86,17 @@ pub fn quantize_rows(
     cols: usize,
     spec: QuantSpec,
 ) -> Result<QuantizedMatrix, KernelError> {
+    quantize_rows_stored(x, rows, cols, spec, Storage::F32)
+}
+
+/// [`quantize_rows`] with scales and zeros stored as `storage`.
+pub fn quantize_rows_stored(
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+    spec: QuantSpec,
+    storage: Storage,
+) -> Result<QuantizedMatrix, KernelError> {
     let group = spec.group_size();
     if x.len() != rows * cols || !cols.is_multiple_of(group) {
         return Err(KernelError::Shape(format!(
@@ -64,7 +108,7 @@ pub fn quantize_rows(
     let mut scales = Vec::with_capacity(x.len() / group);
     let mut zeros = Vec::with_capacity(x.len() / group);
     for (values, codes) in x.chunks_exact(group).zip(codes.chunks_exact_mut(group)) {
-        let (scale, zero) = quantize_group(values, spec.bits(), codes);
+        let (scale, zero) = quantize_group_stored(values, spec.bits(), storage, codes);
         scales.push(scale);
         zeros.push(zero);
     }
@@ -147,6 +191,8 @@ pub struct CacheSpec {
     pub residual: usize,
     /// Key grouping.
     pub key_axis: KeyAxis,
+    /// How scales, zeros and the residual window are stored.
+    pub storage: Storage,
 }
 
 /// What a KIVI cache holding the stream `keys`, `values` (`[T, D]`, one head) stands for:
@@ -168,17 +214,26 @@ pub fn dequantized_cache(
     }
     let quantized = quantized_len(tokens, spec.residual, spec.keys.group_size());
     let split = quantized * dim;
+    // Everything the cache holds went through the storage format first.
+    let stored = |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| spec.storage.round(x)).collect() };
+    let (keys, values) = (stored(keys), stored(values));
+    let rows = |x: &[f32], rows: usize, cols: usize, q: QuantSpec| {
+        quantize_rows_stored(x, rows, cols, q, spec.storage).map(|m| m.dequantize())
+    };
     let mut k = match spec.key_axis {
         KeyAxis::PerChannel => transpose(
-            &quantize_keys(&keys[..split], quantized, dim, spec.keys)?.dequantize(),
+            &rows(
+                &transpose(&keys[..split], quantized, dim),
+                dim,
+                quantized,
+                spec.keys,
+            )?,
             dim,
             quantized,
         ),
-        KeyAxis::PerToken => {
-            quantize_values(&keys[..split], quantized, dim, spec.keys)?.dequantize()
-        }
+        KeyAxis::PerToken => rows(&keys[..split], quantized, dim, spec.keys.for_axis(dim)?)?,
     };
-    let mut v = quantize_values(&values[..split], quantized, dim, spec.values)?.dequantize();
+    let mut v = rows(&values[..split], quantized, dim, spec.values.for_axis(dim)?)?;
     k.extend_from_slice(&keys[split..]);
     v.extend_from_slice(&values[split..]);
     Ok((k, v))
@@ -278,6 +333,7 @@ mod tests {
             values: spec(2, 32),
             residual: 32,
             key_axis: KeyAxis::PerChannel,
+            storage: Storage::F32,
         };
         let (k, v) = dequantized_cache(&keys, &values, dim, &cache).unwrap();
         let q = quantized_len(tokens, 32, 32) * dim;

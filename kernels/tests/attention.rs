@@ -19,6 +19,7 @@ fn cache_spec(kb: u32, vb: u32, g: usize, r: usize, key_axis: KeyAxis) -> CacheS
         values: QuantSpec::new(vb, g).unwrap(),
         residual: r,
         key_axis,
+        storage: Default::default(),
     }
 }
 

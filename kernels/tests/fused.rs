@@ -20,6 +20,7 @@ fn spec(kb: u32, vb: u32, g: usize, r: usize) -> CacheSpec {
         values: QuantSpec::new(vb, g).unwrap(),
         residual: r,
         key_axis: KeyAxis::PerChannel,
+        storage: Default::default(),
     }
 }
 
@@ -140,4 +141,27 @@ fn refuses_views_that_do_not_fit() {
     // Queries of another head_dim.
     let wide = array(&[0.5; 4 * 128], &[1, 4, 1, 128]);
     assert!(fused::decode(&wide, long.view(), 0.1).is_err());
+}
+
+/// Scales, zeros and the residual window stored in float16 (what the KIVI cache keeps for
+/// a float32 model): the kernel reads them and equals the reference with float16 storage;
+/// the MLX path (float32 queries over float16 parameters) agrees.
+#[test]
+fn reads_float16_storage() {
+    let scale = 0.125;
+    for (kb, vb) in [(2, 2), (4, 4)] {
+        let layer = Layer::new(31, Profile::Outliers, (9, 3, 64), 300, 1);
+        let mut spec = spec(kb, vb, 32, 32);
+        spec.storage = reference::Storage::F16;
+        let half = |x: &[f32]| array(x, &[1, 3, 300, 64]).as_dtype(Dtype::Float16).unwrap();
+        let parts = Parts::from_arrays(&half(&layer.keys), &half(&layer.values), &spec);
+        let queries = array(&layer.queries, &[1, 9, 1, 64]);
+        assert!(fused::supports(&queries, &parts.view()));
+        let got = f32s(&fused::decode(&queries, parts.view(), scale).unwrap());
+        let err = reference_attention::compare(&got, &reference_output(&layer, &spec, scale), 64);
+        assert!(err.relative < 1e-5, "K{kb}V{vb}: {err:?}");
+        let mlx = f32s(&attention::attend_mlx(&queries, parts.view(), scale).unwrap());
+        let err = reference_attention::compare(&got, &mlx, 64);
+        assert!(err.relative < 1e-4, "K{kb}V{vb} vs MLX: {err:?}");
+    }
 }

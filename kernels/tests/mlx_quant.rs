@@ -170,3 +170,37 @@ fn concatenated_groups_equal_quantizing_at_once() {
     assert_eq!(cut.len(), 64);
     assert_eq!(cut.packed.shape(), &[2, 64, 4]);
 }
+
+/// With float16 input the MLX quantizer is the reference with float16 storage, bit for
+/// bit: the same codes, and scales and zeros equal to the reference's rounded ones.
+#[test]
+fn float16_storage_matches_the_reference_bit_for_bit() {
+    let layer = Layer::new(21, Profile::Outliers, (3, 3, 128), 256, 1);
+    let rows = layer.values.len() / 128;
+    let half: Vec<f32> = layer
+        .values
+        .iter()
+        .map(|&x| reference::Storage::F16.round(x))
+        .collect();
+    for (b, g) in [(2, 32), (4, 32), (2, 128), (4, 64)] {
+        let q = mlx_quant::quantize(
+            &array(&half, &[rows, 128]).as_dtype(Dtype::Float16).unwrap(),
+            spec(b, g),
+        )
+        .unwrap();
+        let r =
+            reference::quantize_rows_stored(&half, rows, 128, spec(b, g), reference::Storage::F16)
+                .unwrap();
+        assert_eq!(u32s(&q.packed), r.packed, "{b} bits, G={g}: codes");
+        assert_eq!(
+            bits(&f32s(&q.scales)),
+            bits(&r.scales),
+            "{b} bits, G={g}: scales"
+        );
+        assert_eq!(
+            bits(&f32s(&q.zeros)),
+            bits(&r.zeros),
+            "{b} bits, G={g}: zeros"
+        );
+    }
+}

@@ -6,15 +6,17 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use kivi_engine::budget;
 use kivi_engine::hub::{
     DownloadOptions, FileSelection, HubClient, HubConfig, MemoryEstimate, RepoId, Snapshot,
     SnapshotRequest,
 };
 use kivi_engine::model::config::ModelConfig;
 
+use crate::chat_cache::engine_cache;
 use crate::error::{sentence, CommandError, ErrorCode};
 use crate::model_host::ModelChoice;
-use crate::store::{CacheMode, DownloadProgress, DownloadState, Settings};
+use crate::store::{DownloadProgress, DownloadState, Settings};
 use crate::types::{ModelAvailability, ModelInfo, ModelSource};
 
 /// The built-in model's id.
@@ -110,20 +112,20 @@ impl Catalog {
     }
 }
 
-/// Bytes of a KV cache of `tokens` tokens with these settings: fp16 keys and values, or
-/// KIVI's packed bits plus an f32 scale and zero per group of G.
+/// Bytes of a KV cache of `tokens` tokens with these settings, as the engine holds it in
+/// this build's compute dtype.
 pub fn kv_cache_bytes(shape: Shape, tokens: u64, settings: &Settings) -> u64 {
-    let elements = shape.layers * shape.kv_heads * shape.head_dim * tokens;
-    let c = &settings.cache;
-    match c.mode {
-        CacheMode::Fp16 => elements * 2 * 2,
-        CacheMode::Kivi => {
-            let group = u64::from(c.group_size.max(1));
-            let data = elements * (u64::from(c.k_bits) + u64::from(c.v_bits)) / 8;
-            let scales = 2 * elements / group * 8;
-            data + scales
-        }
-    }
+    let shape = budget::KvShape {
+        layers: shape.layers as usize,
+        kv_heads: shape.kv_heads as usize,
+        head_dim: shape.head_dim as usize,
+    };
+    budget::kv_cache_bytes(
+        shape,
+        tokens as usize,
+        &engine_cache(&settings.cache),
+        budget::compute_bytes(),
+    )
 }
 
 /// Memory to run a model of `weights_bytes` with a cache of the whole context.
@@ -393,6 +395,7 @@ pub fn delete_from_cache(hub: &HubConfig, repo: &RepoId) -> Result<bool, Command
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::CacheMode;
 
     #[test]
     fn repo_ids_follow_the_ipc_rules() {
@@ -431,7 +434,7 @@ mod tests {
         s.cache.mode = CacheMode::Fp16;
         let fp16 = kv_cache_bytes(shape, 8192, &s);
         assert!(k2 < k4 && k4 < fp16, "{k2} {k4} {fp16}");
-        assert_eq!(fp16, 30 * 3 * 64 * 8192 * 4);
+        assert_eq!(fp16, 30 * 3 * 64 * 8192 * 2 * budget::compute_bytes());
     }
 
     #[test]

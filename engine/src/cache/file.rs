@@ -26,8 +26,9 @@ use super::{CacheConfig, CacheError, CacheState, KvCache};
 
 /// The `format` entry of every cache file.
 pub const FORMAT: &str = "kivi-chat-kv-cache";
-/// The version of the layout this code writes and reads.
-pub const VERSION: &str = "1";
+/// The version of the layout this code writes and reads. Version 2: a KIVI cache of a
+/// float32 model holds its scales, zeros and residual window in float16.
+pub const VERSION: &str = "2";
 /// More layers than any model has: a header claiming more is refused.
 const MAX_LAYERS: usize = 4096;
 

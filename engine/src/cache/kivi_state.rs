@@ -5,7 +5,7 @@
 use kivi_kernels::{attention::is_float, mlx_quant::QuantizedArray, KeyAxis, QuantSpec};
 use mlx_rs::{Array, Dtype};
 
-use super::{Dims, KiviCache};
+use super::{storage_dtype, Dims, KiviCache};
 use crate::cache::{CacheError, CacheState, KiviConfig};
 
 impl KiviCache {
@@ -119,7 +119,12 @@ impl KiviCache {
         let Some(dims) = dims else {
             return Ok(None);
         };
-        if !is_float(dims.dtype) || dims.batch < 1 || dims.heads < 1 {
+        // Scales, zeros and the window are stored in float16 or bfloat16, never float32.
+        if !is_float(dims.dtype)
+            || storage_dtype(dims.dtype) != dims.dtype
+            || dims.batch < 1
+            || dims.heads < 1
+        {
             return bad(format!("invalid cache dimensions {dims:?}"));
         }
         if dims.key_dim < 1 || dims.value_dim < 1 {

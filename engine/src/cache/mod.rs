@@ -17,7 +17,7 @@ mod kivi;
 
 pub use config::{CacheConfig, ConfigError, KiviConfig};
 pub use full::FullCache;
-pub use kivi::{KiviBytes, KiviCache};
+pub use kivi::{storage_dtype, KiviBytes, KiviCache};
 pub use kivi_kernels::KeyAxis;
 
 use mlx_rs::Array;
