@@ -85,7 +85,9 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
             _ => key_scores::<M, 4, 8>(&k, q, rep, span, &mut scores, total),
         }
     }
-    let rk = &kv.residual_keys[index * tr * d..(index + 1) * tr * d];
+    let rk = kv
+        .residual_keys
+        .get(index * tr * d..(index * tr + residual) * d);
     for r in 0..rep {
         let qr = &q[r * d..(r + 1) * d];
         for (n, key) in rk.chunks_exact(d).take(residual).enumerate() {
@@ -112,7 +114,9 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
             _ => rows.output::<M, 4, 8>(rep, &mut out),
         }
     }
-    let rv = &kv.residual_values[index * tr * dv..(index + 1) * tr * dv];
+    let rv = kv
+        .residual_values
+        .get(index * tr * dv..(index * tr + residual) * dv);
     for r in 0..rep {
         for (n, value) in rv.chunks_exact(dv).take(residual).enumerate() {
             let w = scores[r * total + quantized + n];

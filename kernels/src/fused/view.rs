@@ -3,18 +3,18 @@
 //! when they are stored in float16).
 
 use std::borrow::Cow;
+use std::ops::Range;
 
 use half::{f16, slice::HalfFloatSliceExt};
 use mlx_rs::{transforms::eval, Array, Dtype};
 
 use crate::{attention::CacheView, mlx_quant::QuantizedArray, KernelError};
 
-/// One quantized tensor on the host: packed codes, and scales and zeros in float32
-/// (borrowed when stored in float32, converted once per call when stored in float16).
+/// One quantized tensor on the host: packed codes, scales and zeros.
 pub(super) struct Quantized<'a> {
     pub(super) packed: &'a [u32],
-    scales: Cow<'a, [f32]>,
-    zeros: Cow<'a, [f32]>,
+    scales: Floats<'a>,
+    zeros: Floats<'a>,
     pub(super) bits: u32,
     pub(super) group: usize,
 }
@@ -22,8 +22,8 @@ pub(super) struct Quantized<'a> {
 /// The part of a [`Quantized`] that belongs to one `(batch, head)` pair.
 pub(super) struct QuantizedHead<'a> {
     pub(super) packed: &'a [u32],
-    pub(super) scales: &'a [f32],
-    pub(super) zeros: &'a [f32],
+    pub(super) scales: Cow<'a, [f32]>,
+    pub(super) zeros: Cow<'a, [f32]>,
     pub(super) group: usize,
 }
 
@@ -31,21 +31,21 @@ impl<'a> Quantized<'a> {
     fn new(q: &QuantizedArray, arrays: &'a [Array; 3]) -> Result<Self, KernelError> {
         Ok(Self {
             packed: slice::<u32>(&arrays[0])?,
-            scales: floats(&arrays[1])?,
-            zeros: floats(&arrays[2])?,
+            scales: Floats::new(&arrays[1])?,
+            zeros: Floats::new(&arrays[2])?,
             bits: q.spec.bits(),
             group: q.spec.group_size(),
         })
     }
 
     /// The part of one `(batch, head)` pair: `rows` rows of `cols` codes.
-    pub(super) fn head(&self, index: usize, rows: usize, cols: usize) -> QuantizedHead<'_> {
+    pub(super) fn head(&self, index: usize, rows: usize, cols: usize) -> QuantizedHead<'a> {
         let words = rows * cols * self.bits as usize / 32;
         let groups = rows * cols / self.group;
         QuantizedHead {
             packed: &self.packed[index * words..(index + 1) * words],
-            scales: &self.scales[index * groups..(index + 1) * groups],
-            zeros: &self.zeros[index * groups..(index + 1) * groups],
+            scales: self.scales.get(index * groups..(index + 1) * groups),
+            zeros: self.zeros.get(index * groups..(index + 1) * groups),
             group: self.group,
         }
     }
@@ -154,8 +154,7 @@ impl Held {
             keys = Some(Quantized::new(k, ka)?);
             values = Some(Quantized::new(v, va)?);
         }
-        let (mut residual_keys, mut residual_values) =
-            (Cow::Borrowed(&[][..]), Cow::Borrowed(&[][..]));
+        let (mut residual_keys, mut residual_values) = (Floats::F32(&[]), Floats::F32(&[]));
         if let Some((k, v)) = &self.residual {
             let (ks, vs) = (dims(k), dims(v));
             if keys.is_none() {
@@ -166,8 +165,8 @@ impl Held {
                 (k, [batch, heads, residual, key_dim]),
                 (v, [batch, heads, residual, value_dim]),
             ]);
-            residual_keys = floats(k)?;
-            residual_values = floats(v)?;
+            residual_keys = Floats::new(k)?;
+            residual_values = Floats::new(v)?;
         }
         for (array, shape) in expected {
             if dims(array) != shape {
@@ -202,8 +201,8 @@ pub(super) struct Parts<'a> {
     pub(super) residual: usize,
     pub(super) keys: Option<Quantized<'a>>,
     pub(super) values: Option<Quantized<'a>>,
-    pub(super) residual_keys: Cow<'a, [f32]>,
-    pub(super) residual_values: Cow<'a, [f32]>,
+    pub(super) residual_keys: Floats<'a>,
+    pub(super) residual_values: Floats<'a>,
 }
 
 /// Whether an evaluated array's buffer is laid out row-major with no gaps, so that it can
@@ -215,15 +214,33 @@ fn row_contiguous(a: &Array) -> bool {
     status == 0 && contiguous
 }
 
-/// Float32 values of a float32 or float16 array (the latter converted).
-fn floats(a: &Array) -> Result<Cow<'_, [f32]>, KernelError> {
-    if a.dtype() == Dtype::Float16 {
-        let half = slice::<f16>(a)?;
-        let mut out = vec![0f32; half.len()];
-        half.convert_to_f32_slice(&mut out);
-        return Ok(Cow::Owned(out));
+/// A float32 or float16 buffer, read in float32: parts of it are converted where they are
+/// used (one head at a time), which keeps the copies small.
+#[derive(Clone, Copy)]
+pub(super) enum Floats<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+impl<'a> Floats<'a> {
+    fn new(a: &'a Array) -> Result<Self, KernelError> {
+        Ok(match a.dtype() {
+            Dtype::Float16 => Floats::F16(slice::<f16>(a)?),
+            _ => Floats::F32(slice::<f32>(a)?),
+        })
     }
-    Ok(Cow::Borrowed(slice::<f32>(a)?))
+
+    /// Elements `range` in float32 (borrowed when stored so).
+    pub(super) fn get(&self, range: Range<usize>) -> Cow<'a, [f32]> {
+        match *self {
+            Floats::F32(x) => Cow::Borrowed(&x[range]),
+            Floats::F16(x) => {
+                let mut out = vec![0f32; range.len()];
+                x[range].convert_to_f32_slice(&mut out);
+                Cow::Owned(out)
+            }
+        }
+    }
 }
 
 pub(super) fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], KernelError> {
