@@ -23,7 +23,7 @@ export function residualWindow(tokens: number, residualLength: number, groupSize
 
 /**
  * Rough ratio fp16 / KIVI for the quantized part, per element: b bits of data plus a scale
- * and a zero per group of G (`scaleBytes` each: 2 for fp16 scales, 4 for f32 on the CPU).
+ * and a zero per group of G (`scaleBytes` each: 2, the engine stores them in float16).
  * The residual window is not counted; the live panel shows the measured numbers.
  */
 export function estimatedRatio(config: CacheConfig, scaleBytes = 2): number {
