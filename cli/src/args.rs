@@ -101,28 +101,31 @@ impl ModelArgs {
 
 /// The offline SmolLM2, looked for above the working directory and the executable.
 fn default_model() -> Result<PathBuf> {
-    let mut starts: Vec<PathBuf> = Vec::new();
-    if let Ok(dir) = std::env::current_dir() {
-        starts.push(dir);
+    match find_offline(DEFAULT_MODEL) {
+        Some(path) => Ok(path),
+        None => bail!(
+            "no --model given and the offline model {DEFAULT_MODEL} was not found above the \
+             current folder; run scripts/setup.sh data, or pass --model / set KIVI_MODEL"
+        ),
     }
+}
+
+/// The file at `relative` (from the repository root) in the working directory, the
+/// executable's folder or any folder above them: where the offline data lies when the
+/// binary runs from the repository or from its target folder.
+pub fn find_offline(relative: &str) -> Option<PathBuf> {
+    let mut starts: Vec<PathBuf> = std::env::current_dir().into_iter().collect();
     if let Some(dir) = std::env::current_exe()
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
     {
         starts.push(dir);
     }
-    for start in &starts {
-        for dir in start.ancestors() {
-            let candidate = dir.join(DEFAULT_MODEL);
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
-    }
-    bail!(
-        "no --model given and the offline model {DEFAULT_MODEL} was not found above the current \
-         folder; run scripts/setup.sh data, or pass --model / set KIVI_MODEL"
-    )
+    starts
+        .iter()
+        .flat_map(|start| start.ancestors())
+        .map(|dir| dir.join(relative))
+        .find(|candidate| candidate.is_file())
 }
 
 /// Sampling flags.

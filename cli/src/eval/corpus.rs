@@ -24,20 +24,8 @@ pub fn resolve(path: Option<&Path>) -> Result<PathBuf> {
     if let Some(path) = path {
         return Ok(path.to_path_buf());
     }
-    let mut starts: Vec<PathBuf> = std::env::current_dir().into_iter().collect();
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        starts.push(dir);
-    }
-    for start in &starts {
-        for dir in start.ancestors() {
-            let candidate = dir.join(MOBY_DICK);
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-        }
+    if let Some(found) = crate::args::find_offline(MOBY_DICK) {
+        return Ok(found);
     }
     bail!(
         "no --text given and {MOBY_DICK} was not found above the current folder; run \
