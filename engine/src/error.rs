@@ -102,4 +102,7 @@ pub enum ModelError {
     /// The caller passed inputs the model cannot take.
     #[error("model input: {0}")]
     Input(String),
+    /// The one-token step on host memory could not read a weight (see `model::host`).
+    #[error("host decode step: {0}")]
+    Host(String),
 }

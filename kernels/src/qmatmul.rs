@@ -16,6 +16,8 @@
 //! Bits 2, 4 and 8 are supported. Results agree with MLX's kernel to float rounding (the
 //! sums run in a different order); tested in `kernels/tests/qmatmul.rs`.
 
+use rayon::prelude::*;
+
 use crate::KernelError;
 
 /// A quantized weight matrix `[rows, cols]` as host slices, in MLX's layout.
@@ -93,23 +95,47 @@ pub fn qmatmul(
         .chunks_exact(w.group)
         .map(|g| g.iter().sum::<f32>())
         .collect();
-    let words_per_row = w.cols * w.bits as usize / 32;
-    let kernel = dot_kernel();
+    // Rows of `W` in blocks across rayon's threads: a decode step's products are one input
+    // row, so the output features are what there is to share. Small matrices stay on the
+    // calling thread, where a hand-off would cost more than the work.
+    let block = if w.rows * w.cols >= PARALLEL_MIN_WEIGHTS {
+        w.rows.div_ceil(rayon::current_num_threads()).max(1)
+    } else {
+        w.rows
+    };
     for r in 0..m {
         let xr = &x[r * w.cols..(r + 1) * w.cols];
         let xs = &xsums[r * groups..(r + 1) * groups];
         let out_row = &mut out[r * w.rows..(r + 1) * w.rows];
-        for (o, y) in out_row.iter_mut().enumerate() {
-            let packed = &w.packed[o * words_per_row..(o + 1) * words_per_row];
-            let scales = &w.scales[o * groups..(o + 1) * groups];
-            let biases = &w.biases[o * groups..(o + 1) * groups];
-            let bias: f32 = biases.iter().zip(xs).map(|(b, s)| b * s).sum();
-            // SAFETY: `dot_kernel` only returns the AVX2 kernel when the CPU has AVX2 and
-            // FMA; the slices' lengths were checked above.
-            *y = unsafe { kernel(packed, scales, xr, w.bits, w.group) } + bias;
+        if block >= w.rows {
+            output_rows(w, xr, xs, 0, out_row);
+        } else {
+            out_row
+                .par_chunks_mut(block)
+                .enumerate()
+                .for_each(|(i, chunk)| output_rows(w, xr, xs, i * block, chunk));
         }
     }
     Ok(())
+}
+
+/// Weights (rows x cols) from which a product is shared across threads.
+const PARALLEL_MIN_WEIGHTS: usize = 1 << 19;
+
+/// Outputs `first..first + out.len()` of one input row `x` (with its group sums `xsums`).
+fn output_rows(w: &QuantMatrix<'_>, x: &[f32], xsums: &[f32], first: usize, out: &mut [f32]) {
+    let groups = w.cols / w.group;
+    let words_per_row = w.cols * w.bits as usize / 32;
+    let kernel = dot_kernel();
+    for (o, y) in (first..).zip(out.iter_mut()) {
+        let packed = &w.packed[o * words_per_row..(o + 1) * words_per_row];
+        let scales = &w.scales[o * groups..(o + 1) * groups];
+        let biases = &w.biases[o * groups..(o + 1) * groups];
+        let bias: f32 = biases.iter().zip(xsums).map(|(b, s)| b * s).sum();
+        // SAFETY: `dot_kernel` only returns the AVX2 kernel when the CPU has AVX2 and FMA;
+        // the slices' lengths were checked by the caller.
+        *y = unsafe { kernel(packed, scales, x, w.bits, w.group) } + bias;
+    }
 }
 
 type DotKernel = unsafe fn(&[u32], &[f32], &[f32], u32, usize) -> f32;

@@ -1,9 +1,9 @@
 //! The building blocks of a Llama-family decoder: linear maps (dense or MLX-quantized),
 //! the token embedding, and RMS normalization.
 
-use kivi_kernels::qmatmul;
 use mlx_rs::{fast, ops, Array, Dtype};
 
+use super::host::HostMatrix;
 use crate::device::{dense_matmul_min_rows, host_quantized_matmul};
 
 type MlxResult<T> = Result<T, mlx_rs::error::Exception>;
@@ -53,34 +53,22 @@ impl Matrix {
                 scales,
                 biases,
                 quant,
-            } if host_quantized_matmul() => {
-                match host_qmatmul(x, weight, scales, biases, *quant)? {
-                    Some(y) => Ok(y),
-                    None => ops::quantized_matmul(
-                        x,
-                        weight,
-                        scales,
-                        biases,
-                        true,
-                        quant.group_size,
-                        quant.bits,
-                    ),
+            } => {
+                if host_quantized_matmul() {
+                    if let Some(y) = host_qmatmul(x, self)? {
+                        return Ok(y);
+                    }
                 }
+                ops::quantized_matmul(
+                    x,
+                    weight,
+                    scales,
+                    biases,
+                    true,
+                    quant.group_size,
+                    quant.bits,
+                )
             }
-            Matrix::Quantized {
-                weight,
-                scales,
-                biases,
-                quant,
-            } => ops::quantized_matmul(
-                x,
-                weight,
-                scales,
-                biases,
-                true,
-                quant.group_size,
-                quant.bits,
-            ),
         }
     }
 
@@ -110,55 +98,22 @@ impl Matrix {
 ///
 /// It evaluates `x` (the graph up to this layer), which costs nothing extra on the CPU,
 /// where MLX runs each operation as it is evaluated anyway.
-fn host_qmatmul(
-    x: &Array,
-    weight: &Array,
-    scales: &Array,
-    biases: &Array,
-    quant: Quantization,
-) -> MlxResult<Option<Array>> {
-    let (bits, group) = (quant.bits as u32, quant.group_size as usize);
-    if x.dtype() != Dtype::Float32
-        || scales.dtype() != Dtype::Float32
-        || biases.dtype() != Dtype::Float32
-        || quant.group_size <= 0
-        || !qmatmul::supports(bits, group)
-        || weight.ndim() != 2
-    {
-        return Ok(None);
-    }
-    let (Ok(packed), Ok(scales), Ok(biases)) = (
-        weight.try_as_slice::<u32>(),
-        scales.try_as_slice::<f32>(),
-        biases.try_as_slice::<f32>(),
-    ) else {
+fn host_qmatmul(x: &Array, matrix: &Matrix) -> MlxResult<Option<Array>> {
+    let Some(w @ HostMatrix::Quantized(_)) = matrix.host() else {
         return Ok(None);
     };
-    let out_features = weight.dim(0) as usize;
-    let in_features = weight.dim(1) as usize * 32 / bits as usize;
-    if x.dim(-1) as usize != in_features {
+    if x.dtype() != Dtype::Float32 || x.dim(-1) as usize != w.cols() {
         return Ok(None);
     }
     let x = x.contiguous()?;
     let Ok(xs) = x.try_as_slice::<f32>() else {
         return Ok(None);
     };
-    let m = rows(&x);
-    let w = qmatmul::QuantMatrix {
-        packed,
-        scales,
-        biases,
-        rows: out_features,
-        cols: in_features,
-        bits,
-        group,
-    };
-    let mut out = vec![0f32; m * out_features];
-    if qmatmul::qmatmul(xs, m, &w, &mut out).is_err() {
+    let Ok(out) = w.apply(xs, rows(&x)) else {
         return Ok(None);
-    }
+    };
     let mut shape = x.shape().to_vec();
-    *shape.last_mut().expect("checked above") = out_features as i32;
+    *shape.last_mut().expect("checked above") = w.rows() as i32;
     Ok(Some(Array::from_slice(&out, &shape)))
 }
 

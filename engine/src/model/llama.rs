@@ -12,10 +12,16 @@
 //!
 //! Attention goes through the layer's [`KvCache`], which appends the new keys and values
 //! and attends over everything it holds; grouped-query heads are the cache's business.
+//!
+//! Each block has two forwards: the MLX one (any number of positions, any device), and a
+//! one-position twin on host memory (`forward_host`) that the CPU uses for decode steps,
+//! where MLX's per-operation thread hand-offs cost more than the arithmetic (see
+//! [`host`]). `tests/host_steps.rs` holds the two to the same logits.
 
 use mlx_rs::{nn::silu, ops::indexing::IndexOp, Array};
 
 use super::config::ModelConfig;
+use super::host;
 use super::layers::{Embedding, Linear, RmsNorm};
 use super::rope::Rope;
 use crate::cache::KvCache;
@@ -73,6 +79,36 @@ impl Attention {
                 .reshape(&[b, l, self.n_heads * self.head_dim])?;
         Ok(self.o_proj.forward(&out)?)
     }
+
+    /// [`Attention::forward`] for one position on host memory (`x` is `[hidden]`). With one
+    /// position, `[heads * D]` is already the `[1, heads, 1, D]` layout the cache takes.
+    fn forward_host(
+        &self,
+        x: &[f32],
+        rope: &Rope,
+        cache: &mut dyn KvCache,
+    ) -> Result<Vec<f32>, ModelError> {
+        let offset = cache.len();
+        let mut q = self.q_proj.forward_host(x)?;
+        let mut k = self.k_proj.forward_host(x)?;
+        let v = self.v_proj.forward_host(x)?;
+        rope.apply_host(&mut q, offset);
+        rope.apply_host(&mut k, offset);
+        let shape = |n: i32| [1, n, 1, self.head_dim];
+        let out = cache.attend(
+            &Array::from_slice(&q, &shape(self.n_heads)),
+            &Array::from_slice(&k, &shape(self.n_kv_heads)),
+            &Array::from_slice(&v, &shape(self.n_kv_heads)),
+            self.scale,
+        )?;
+        self.o_proj.forward_host(&host::host_vec(&out)?)
+    }
+
+    fn on_host(&self) -> bool {
+        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
+            .iter()
+            .all(|l| l.on_host())
+    }
 }
 
 /// The SwiGLU feed-forward layer.
@@ -95,6 +131,18 @@ impl Mlp {
         let gate = silu(self.gate_proj.forward(x)?)?;
         self.down_proj
             .forward(&gate.multiply(self.up_proj.forward(x)?)?)
+    }
+
+    fn forward_host(&self, x: &[f32]) -> Result<Vec<f32>, ModelError> {
+        let mut gate = self.gate_proj.forward_host(x)?;
+        host::silu_times(&mut gate, &self.up_proj.forward_host(x)?);
+        self.down_proj.forward_host(&gate)
+    }
+
+    fn on_host(&self) -> bool {
+        [&self.gate_proj, &self.up_proj, &self.down_proj]
+            .iter()
+            .all(|l| l.on_host())
     }
 }
 
@@ -123,6 +171,31 @@ impl Block {
         )?;
         Ok(out)
     }
+
+    /// [`Block::forward`] for one position on host memory, updating `x` in place.
+    fn forward_host(
+        &self,
+        x: &mut [f32],
+        rope: &Rope,
+        cache: &mut dyn KvCache,
+    ) -> Result<(), ModelError> {
+        let attended =
+            self.self_attn
+                .forward_host(&self.input_layernorm.forward_host(x)?, rope, cache)?;
+        host::add_in_place(x, &attended);
+        let mlp = self
+            .mlp
+            .forward_host(&self.post_attention_layernorm.forward_host(x)?)?;
+        host::add_in_place(x, &mlp);
+        Ok(())
+    }
+
+    fn on_host(&self) -> bool {
+        self.input_layernorm.on_host()
+            && self.post_attention_layernorm.on_host()
+            && self.self_attn.on_host()
+            && self.mlp.on_host()
+    }
 }
 
 /// A Llama-architecture causal language model.
@@ -134,6 +207,9 @@ pub struct Llama {
     /// `None` when the output projection is the embedding table (tied embeddings).
     lm_head: Option<Linear>,
     rope: Rope,
+    /// One-token steps run on host memory ([`host`]): on the CPU, when every weight is
+    /// there in float32.
+    host_steps: bool,
 }
 
 impl Llama {
@@ -162,14 +238,28 @@ impl Llama {
         } else {
             None
         };
-        Ok(Self {
+        let mut model = Self {
             rope: Rope::new(&config.rope, config.head_dim),
             embed_tokens: w.embedding("model.embed_tokens")?,
             norm: w.rms_norm("model.norm", config.rms_norm_eps)?,
             layers,
             lm_head,
             config,
-        })
+            host_steps: false,
+        };
+        model.set_host_steps(host::host_decode());
+        Ok(model)
+    }
+
+    /// Runs one-token steps on host memory (`on`, where the weights allow it) or through
+    /// MLX; returns whether host steps are now on. For tests and benchmarks that compare
+    /// the two paths in one process.
+    pub fn set_host_steps(&mut self, on: bool) -> bool {
+        self.host_steps = on
+            && self.embed_tokens.on_host()
+            && self.norm.on_host()
+            && self.layers.iter().all(Block::on_host);
+        self.host_steps
     }
 
     /// The model's hyper-parameters.
@@ -193,6 +283,14 @@ impl Llama {
         }
         if tokens.is_empty() {
             return Err(ModelError::Input("no tokens to run".into()));
+        }
+        if let (&[token], true) = (tokens, self.host_steps) {
+            let mut x = self.embed_tokens.row_host(token)?;
+            for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
+                layer.forward_host(&mut x, &self.rope, cache.as_mut())?;
+            }
+            let hidden = self.norm.forward_host(&x)?;
+            return Ok(Array::from_slice(&hidden, &[1, 1, hidden.len() as i32]));
         }
         let ids = Array::from_slice(tokens, &[1, tokens.len() as i32]);
         let mut h = self.embed_tokens.forward(&ids)?;

@@ -1,6 +1,7 @@
 //! Language models: hyper-parameters, building blocks, and the Llama-family decoder.
 
 pub mod config;
+pub mod host;
 pub mod layers;
 pub mod llama;
 pub mod rope;

@@ -12,6 +12,9 @@ pub struct Rope {
     scale: f32,
     /// Per-pair periods (`base^(2i/d)`, scaled), when the scaling is not uniform.
     periods: Option<Array>,
+    /// The same periods for every scaling, for [`Rope::apply_host`]: the angle of pair `i`
+    /// at position `p` is `p * scale / host_periods[i]`.
+    host_periods: Vec<f32>,
 }
 
 impl Rope {
@@ -24,6 +27,7 @@ impl Rope {
             base: Some(config.theta),
             scale,
             periods: None,
+            host_periods: base_periods(head_dim, config.theta),
         };
         let with_periods = |periods: Vec<f32>| Rope {
             dims,
@@ -31,6 +35,7 @@ impl Rope {
             base: None,
             scale: 1.0,
             periods: Some(Array::from_slice(&periods, &[periods.len() as i32])),
+            host_periods: periods,
         };
         match &config.scaling {
             RopeScaling::None => plain(1.0),
@@ -69,6 +74,33 @@ impl Rope {
             offset as i32,
             self.periods.as_ref(),
         )
+    }
+}
+
+impl Rope {
+    /// [`Rope::apply`] on host memory for one position: `x` is `[heads, D]` row-major,
+    /// rotated in place. Angles are computed in float64.
+    pub fn apply_host(&self, x: &mut [f32], position: usize) {
+        let d = self.dims as usize;
+        let half = d / 2;
+        let turns: Vec<(f64, f64)> = self
+            .host_periods
+            .iter()
+            .map(|&period| (position as f64 * f64::from(self.scale) / f64::from(period)).sin_cos())
+            .collect();
+        for head in x.chunks_exact_mut(d) {
+            for (i, &(sin, cos)) in turns.iter().enumerate() {
+                // GGUF Llama rows pair neighbours; Hugging Face rows pair the two halves.
+                let (a, b) = if self.traditional {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                let (x1, x2) = (f64::from(head[a]), f64::from(head[b]));
+                head[a] = (x1 * cos - x2 * sin) as f32;
+                head[b] = (x1 * sin + x2 * cos) as f32;
+            }
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 //! spans of whole groups that run on separate threads: each span gives an unnormalized
 //! softmax (its maximum, sum and weighted values), and the spans are combined exactly as
 //! one softmax over all tokens would be. The full-precision cache's CPU path gets its
-//! threads from BLAS; this one brings its own.
+//! threads from BLAS; this one runs its spans on rayon's pool.
 //!
 //! It reads the evaluated MLX buffers as host slices ([`view`]) and returns a new array,
 //! so it ends the lazy graph at the layer's queries (harmless on the CPU, where MLX runs
@@ -21,6 +21,7 @@ mod view;
 use std::ops::Range;
 
 use mlx_rs::{Array, Dtype};
+use rayon::prelude::*;
 
 use crate::{attention::CacheView, KernelError, KeyAxis};
 use view::{slice, Held, Parts};
@@ -51,7 +52,7 @@ pub fn supports(queries: &Array, cache: &CacheView<'_>) -> bool {
 /// Attention output `[B, H, 1, Dv]` of one query position `[B, H, 1, D]` (the newest)
 /// over the whole cache. See [`supports`] for what it accepts.
 pub fn decode(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_THREADS));
+    let threads = rayon::current_num_threads().min(MAX_THREADS);
     decode_on(queries, cache, scale, threads)
 }
 
@@ -128,23 +129,12 @@ fn spans(quantized: usize, group: usize, threads: usize) -> Vec<Span> {
 fn attend(kv: &Parts<'_>, q: &[f32], rep: usize, threads: usize) -> Vec<f32> {
     let group = kv.keys.as_ref().map_or(1, |k| k.group);
     let spans = spans(kv.quantized, group, threads);
-    let parts: Vec<Vec<Partial>> = if spans.len() == 1 {
-        vec![loops::span(kv, q, rep, &spans[0])]
-    } else {
-        std::thread::scope(|scope| {
-            let others: Vec<_> = spans[1..]
-                .iter()
-                .map(|s| scope.spawn(|| loops::span(kv, q, rep, s)))
-                .collect();
-            let mut parts = vec![loops::span(kv, q, rep, &spans[0])];
-            parts.extend(
-                others
-                    .into_iter()
-                    .map(|h| h.join().expect("a span thread panicked")),
-            );
-            parts
-        })
-    };
+    // rayon's threads, not threads spawned per call: a decode step makes one call per
+    // layer, and a spawn plus join cost about as much as a 4k-token span.
+    let parts: Vec<Vec<Partial>> = spans
+        .par_iter()
+        .map(|s| loops::span(kv, q, rep, s))
+        .collect();
     combine(&parts, rep, kv.value_dim)
 }
 
