@@ -45,6 +45,28 @@ pub fn supports(bits: u32, group: usize) -> bool {
 }
 
 impl QuantMatrix<'_> {
+    /// Row `r` dequantized (`code * scale + bias`): an embedding lookup. `None` when `r` is
+    /// not a row.
+    pub fn row(&self, r: usize) -> Option<Vec<f32>> {
+        if r >= self.rows || self.check().is_err() {
+            return None;
+        }
+        let per_word = 32 / self.bits as usize;
+        let words = &self.packed[r * self.cols / per_word..(r + 1) * self.cols / per_word];
+        let groups = self.cols / self.group;
+        let scales = &self.scales[r * groups..(r + 1) * groups];
+        let biases = &self.biases[r * groups..(r + 1) * groups];
+        let mask = (1u32 << self.bits) - 1;
+        Some(
+            (0..self.cols)
+                .map(|j| {
+                    let code = (words[j / per_word] >> ((j % per_word) as u32 * self.bits)) & mask;
+                    code as f32 * scales[j / self.group] + biases[j / self.group]
+                })
+                .collect(),
+        )
+    }
+
     fn check(&self) -> Result<(), KernelError> {
         if !supports(self.bits, self.group) || !self.cols.is_multiple_of(self.group) {
             return Err(KernelError::Shape(format!(
@@ -410,6 +432,45 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Rows dequantized one by one equal the seeded dense matrix; a product large enough to
+    /// be split across threads equals the one-thread sums row by row.
+    #[test]
+    fn rows_and_the_threaded_product_match_the_dense_matrix() {
+        for bits in [2, 4, 8] {
+            let (rows, cols, group) = (2100, 256, 64);
+            assert!(
+                rows * cols >= PARALLEL_MIN_WEIGHTS,
+                "must take the threaded path"
+            );
+            let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
+            let w = QuantMatrix {
+                packed: &packed,
+                scales: &scales,
+                biases: &biases,
+                rows,
+                cols,
+                bits,
+                group,
+            };
+            for r in [0, 1, 1049, rows - 1] {
+                assert_eq!(
+                    w.row(r).unwrap(),
+                    dense[r * cols..(r + 1) * cols],
+                    "row {r}"
+                );
+            }
+            assert!(w.row(rows).is_none());
+            let mut rng = crate::testdata::XorShift::new(5);
+            let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+            let mut out = vec![0f32; rows];
+            qmatmul(&x, 1, &w, &mut out).unwrap();
+            let mut serial = vec![0f32; rows];
+            let xsums: Vec<f32> = x.chunks_exact(group).map(|g| g.iter().sum()).collect();
+            output_rows(&w, &x, &xsums, 0, &mut serial);
+            assert_eq!(out, serial, "{bits} bits");
         }
     }
 

@@ -170,30 +170,12 @@ impl Embedding {
             .host()
             .ok_or_else(|| not_on_host("the embedding"))?;
         let id = id as usize;
-        let cols = table.cols();
         match table {
             HostMatrix::Dense { data, rows, cols } => data
                 .get(id * cols..(id + 1) * cols)
                 .filter(|_| id < rows)
                 .map(<[f32]>::to_vec),
-            HostMatrix::Quantized(w) if id < w.rows => {
-                let per_word = 32 / w.bits as usize;
-                let words = &w.packed[id * cols / per_word..(id + 1) * cols / per_word];
-                let groups = cols / w.group;
-                let scales = &w.scales[id * groups..(id + 1) * groups];
-                let biases = &w.biases[id * groups..(id + 1) * groups];
-                let mask = (1u32 << w.bits) - 1;
-                Some(
-                    (0..cols)
-                        .map(|j| {
-                            let code =
-                                (words[j / per_word] >> ((j % per_word) as u32 * w.bits)) & mask;
-                            code as f32 * scales[j / w.group] + biases[j / w.group]
-                        })
-                        .collect(),
-                )
-            }
-            HostMatrix::Quantized(_) => None,
+            HostMatrix::Quantized(w) => w.row(id),
         }
         .ok_or_else(|| ModelError::Input(format!("token id {id} is outside the vocabulary")))
     }
