@@ -9,7 +9,9 @@
 //! configuration and each median's ratio to the first configuration's.
 //! `DECODE_STEP_ROUNDS` (default 5) rounds of `DECODE_STEP_STEPS` (default 8) steps;
 //! `DECODE_STEP_PATHS=host,mlx` runs every configuration both on the host step and on the
-//! MLX path (default: `host`, or `mlx` where host steps are unavailable).
+//! MLX path (default: `host`, or `mlx` where host steps are unavailable);
+//! `DECODE_STEP_WINDOWS=host,mlx` runs every KIVI configuration both with its residual
+//! window appended on the host and through MLX operations (default: `host`).
 
 use std::{
     path::PathBuf,
@@ -18,7 +20,7 @@ use std::{
 };
 
 use kivi_engine::{
-    cache::{CacheConfig, CacheError, KvCache, LayerKvStats},
+    cache::{CacheConfig, CacheError, KiviCache, KvCache, LayerKvStats},
     loader::load_local,
 };
 use mlx_rs::{random, transforms::eval, Array};
@@ -72,22 +74,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds = env_usize("DECODE_STEP_ROUNDS", 5);
     let steps = env_usize("DECODE_STEP_STEPS", 8);
 
-    let paths: Vec<bool> = std::env::var("DECODE_STEP_PATHS")
-        .unwrap_or_else(|_| "host".into())
-        .split(',')
-        .map(|p| p.trim() == "host")
-        .collect();
+    let choice = |name: &str| -> Vec<bool> {
+        std::env::var(name)
+            .unwrap_or_else(|_| "host".into())
+            .split(',')
+            .map(|p| p.trim() == "host")
+            .collect()
+    };
+    let (paths, windows) = (choice("DECODE_STEP_PATHS"), choice("DECODE_STEP_WINDOWS"));
     let mut loaded = load_local(&model)?;
     let c = loaded.model.config().clone();
     let shape = [1, c.num_kv_heads as i32, 512, c.head_dim as i32];
-    let variants: Vec<(CacheConfig, bool)> = configs
+    // (configuration, host steps, host window); the window choice only for KIVI.
+    let variants: Vec<(CacheConfig, bool, bool)> = configs
         .iter()
-        .flat_map(|c| paths.iter().map(|&host| (*c, host)))
+        .flat_map(|config| {
+            let windows = match config {
+                CacheConfig::Full => &[true][..],
+                CacheConfig::Kivi(_) => &windows[..],
+            };
+            paths
+                .iter()
+                .flat_map(move |&host| windows.iter().map(move |&w| (*config, host, w)))
+        })
         .collect();
     let mut caches: Vec<_> = variants
         .iter()
-        .map(|(config, _)| {
-            let mut layers = config.make_layers(c.num_layers);
+        .map(|&(config, _, window)| {
+            let mut layers: Vec<Box<dyn KvCache>> = match config {
+                CacheConfig::Kivi(kivi) => (0..c.num_layers)
+                    .map(|_| {
+                        let mut cache = KiviCache::new(kivi);
+                        cache.set_host_window(window);
+                        Box::new(cache) as Box<dyn KvCache>
+                    })
+                    .collect(),
+                CacheConfig::Full => config.make_layers(c.num_layers),
+            };
             for cache in &mut layers {
                 let q_shape = [1, c.num_heads as i32, 512, c.head_dim as i32];
                 for _ in 0..context / 512 {
@@ -142,11 +165,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let medians: Vec<f64> = times.iter_mut().map(median).collect();
     let attention: Vec<f64> = attention.iter_mut().map(median).collect();
-    for ((((config, host), t), m), a) in variants.iter().zip(&times).zip(&medians).zip(&attention) {
+    for ((((config, host, window), t), m), a) in
+        variants.iter().zip(&times).zip(&medians).zip(&attention)
+    {
         let on = loaded.model.set_host_steps(*host);
+        let window = match (config, window) {
+            (CacheConfig::Full, _) => "",
+            (_, true) => " window:host",
+            (_, false) => " window:mlx",
+        };
         println!(
-            "{:<30} median {:7.2} ms  min {:7.2} ms  attention {:6.2} ms  {:5.1} tok/s  x{:.2} vs {}",
-            format!("{config} {}", if on { "host" } else { "mlx" }),
+            "{:<42} median {:7.2} ms  min {:7.2} ms  attention {:6.2} ms  {:5.1} tok/s  x{:.2} vs {}",
+            format!("{config} {}{window}", if on { "host" } else { "mlx" }),
             m,
             t[0],
             a,

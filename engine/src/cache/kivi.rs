@@ -74,6 +74,7 @@ pub struct KiviCache {
     residual_values: Option<Array>,
     tokens: usize,
     quantized: usize,
+    host_window: bool,
 }
 
 impl std::fmt::Debug for KiviCache {
@@ -100,6 +101,7 @@ impl KiviCache {
             residual_values: None,
             tokens: 0,
             quantized: 0,
+            host_window: true,
         }
     }
 
@@ -127,34 +129,55 @@ impl KiviCache {
             self.config.residual_length(),
             self.config.group_size(),
         );
-        let flush = (quantized - self.quantized) as i32;
-        let (keys, values) = (keys.as_dtype(dims.dtype)?, values.as_dtype(dims.dtype)?);
+        let flush = quantized - self.quantized;
         // Build the new state aside and commit it at the end, so that an error leaves the
         // cache as it was.
-        let window_k = join(self.residual_keys.as_ref(), &keys)?;
-        let window_v = join(self.residual_values.as_ref(), &values)?;
-        let (keep_k, keep_v) = if flush > 0 {
-            let (old_k, keep_k) = split_tokens(&window_k, flush)?;
-            let (old_v, keep_v) = split_tokens(&window_v, flush)?;
+        let (old_k, keep_k) = self.roll(self.residual_keys.as_ref(), keys, flush, dims)?;
+        let (old_v, keep_v) = self.roll(self.residual_values.as_ref(), values, flush, dims)?;
+        if let (Some(old_k), Some(old_v)) = (old_k, old_v) {
             let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
             let new_v = mlx_quant::quantize(&old_v, self.value_spec(dims)?)?;
             let all_k = extend(self.keys.as_ref(), new_k, key_axis)?;
             let all_v = extend(self.values.as_ref(), new_v, -2)?;
             self.keys = Some(all_k);
             self.values = Some(all_v);
-            (keep_k, keep_v)
-        } else {
-            (Some(window_k), Some(window_v))
-        };
-        // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
-        let keep_k = keep_k.map(|a| a.contiguous()).transpose()?;
-        let keep_v = keep_v.map(|a| a.contiguous()).transpose()?;
+        }
         self.residual_keys = keep_k;
         self.residual_values = keep_v;
         self.dims = Some(dims);
         self.tokens = total;
         self.quantized = quantized;
         Ok(())
+    }
+
+    /// The window `held` followed by `new` (rounded to the storage dtype), split into its
+    /// `flush` oldest tokens, to be quantized, and the rest, the new window; either part is
+    /// `None` when empty. On the host where [`window::applies`], else as MLX operations.
+    fn roll(
+        &self,
+        held: Option<&Array>,
+        new: &Array,
+        flush: usize,
+        dims: Dims,
+    ) -> Result<(Option<Array>, Option<Array>), CacheError> {
+        if self.host_window && window::applies(new.dtype(), dims.dtype) {
+            return window::roll(held, new, flush);
+        }
+        let joined = join(held, &new.as_dtype(dims.dtype)?)?;
+        let (old, keep) = if flush > 0 {
+            let (old, keep) = split_tokens(&joined, flush as i32)?;
+            (Some(old), keep)
+        } else {
+            (None, Some(joined))
+        };
+        // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
+        Ok((old, keep.map(|a| a.contiguous()).transpose()?))
+    }
+
+    /// Whether new tokens join the residual window on the host where they can (the
+    /// default), or always through MLX operations (for comparing the two).
+    pub fn set_host_window(&mut self, on: bool) {
+        self.host_window = on;
     }
 
     /// The cache as the attention kernel reads it.
@@ -456,6 +479,9 @@ impl From<KernelError> for CacheError {
 
 #[path = "kivi_state.rs"]
 mod state;
+
+#[path = "kivi_window.rs"]
+mod window;
 
 #[cfg(test)]
 #[path = "kivi_tests.rs"]

@@ -158,6 +158,60 @@ fn every_chunking_gives_a_bit_identical_cache() {
     }
 }
 
+/// The window built on the host holds the same bits as the one built by MLX operations,
+/// for every chunking, with a flush inside and at the edge of chunks.
+#[test]
+fn host_and_mlx_windows_hold_the_same_bits() {
+    let tokens = 301;
+    let stream = Stream::new(6, tokens);
+    for config in settings() {
+        for chunks in chunkings(tokens, 7) {
+            let mut host = KiviCache::new(config);
+            let mut mlx = KiviCache::new(config);
+            mlx.set_host_window(false);
+            fill(&mut host, &stream, &chunks);
+            fill(&mut mlx, &stream, &chunks);
+            assert!(
+                fingerprint(&host) == fingerprint(&mlx),
+                "{config}: chunks {chunks:?} differ"
+            );
+        }
+    }
+}
+
+/// Rounding to float16 on the host is MLX's: ties to even, subnormals, overflow to
+/// infinity, signed zero.
+#[test]
+fn host_window_rounds_as_mlx_does() {
+    let tie = 1.0 + 2f32.powi(-11); // halfway between 1 and the next float16
+    let edge = [
+        tie,
+        -tie,
+        1.0 + 3.0 * 2f32.powi(-11),
+        6.0e-8,
+        -3.0e-8,
+        1.0e-5,
+        65519.0,
+        65520.0,
+        -70000.0,
+        -0.0,
+        0.1,
+        2049.0,
+    ];
+    let data: Vec<f32> = (0..KV_HEADS * 4 * DIM)
+        .map(|i| edge[i % edge.len()] * if i % 7 == 0 { 0.5 } else { 1.0 })
+        .collect();
+    let kv = Array::from_slice(&data, &[1, KV_HEADS as i32, 4, DIM as i32]);
+    let config = config(2, 2, 32, 32);
+    let mut host = KiviCache::new(config);
+    let mut mlx = KiviCache::new(config);
+    mlx.set_host_window(false);
+    for cache in [&mut host, &mut mlx] {
+        cache.append(&kv, &kv).unwrap();
+    }
+    assert_eq!(fingerprint(&host), fingerprint(&mlx));
+}
+
 #[test]
 fn tokens_age_out_in_whole_groups() {
     let stream = Stream::new(2, 200);

@@ -1,0 +1,100 @@
+//! The residual window's append on host memory, for the CPU.
+//!
+//! A decode step appends one token per layer. Done as MLX operations (a float16 conversion,
+//! a concatenation and a copy for keys and for values), that is six operations the fused
+//! attention kernel then has to evaluate, and on MLX's CPU back end each evaluation is a
+//! round trip to its stream thread that costs more than the work itself. Here the window
+//! is rebuilt on the host instead: the held float16 window is copied, the new float32
+//! tokens are rounded to float16 (round to nearest even, as MLX's conversion) behind it,
+//! and the result is split into the oldest `flush` tokens (handed to the quantizer) and the
+//! rest (the new window), each a new, evaluated MLX array of exactly its size.
+//!
+//! The arrays are the same bits as the MLX path's (`kivi_tests.rs` compares the two), so
+//! one prefill, any chunking and token-by-token decode still give the same cache.
+
+use half::{f16, slice::HalfFloatSliceExt};
+use mlx_rs::{Array, Dtype};
+
+use super::CacheError;
+
+/// The window `held` (float16, `[B, H, Tr, D]`) followed by `new` (float32,
+/// `[B, H, L, D]`), split after its `flush` oldest tokens. Either part is `None` when
+/// empty.
+pub(super) fn roll(
+    held: Option<&Array>,
+    new: &Array,
+    flush: usize,
+) -> Result<(Option<Array>, Option<Array>), CacheError> {
+    let &[batch, heads, len, dim] = new.shape() else {
+        return Err(CacheError::Shape(format!(
+            "new tokens must be [B, kv_heads, L, D], got {:?}",
+            new.shape()
+        )));
+    };
+    let new = readable::<f32>(new)?;
+    let new_f32 = slice::<f32>(&new)?;
+    let held = held.map(readable::<f16>).transpose()?;
+    let held_f16 = held.as_ref().map(slice::<f16>).transpose()?.unwrap_or(&[]);
+    let (pairs, len, dim) = ((batch * heads) as usize, len as usize, dim as usize);
+    let held_len = held.as_ref().map_or(0, |h| h.dim(2) as usize);
+    if held_f16.len() != pairs * held_len * dim {
+        return Err(CacheError::Shape(format!(
+            "the window {:?} does not fit new tokens {:?}",
+            held.as_ref().map(Array::shape),
+            new.shape()
+        )));
+    }
+    let total = held_len + len;
+    if flush > total {
+        return Err(CacheError::Shape(format!(
+            "cannot quantize {flush} of {total} window tokens"
+        )));
+    }
+    let mut rounded = vec![f16::ZERO; new_f32.len()];
+    rounded.convert_from_f32_slice(new_f32);
+    // Pair p's window is its held rows then its new rows; the first `flush` rows of each
+    // pair go to `old`, the others to `rest`.
+    let mut old = Vec::with_capacity(pairs * flush * dim);
+    let mut rest = Vec::with_capacity(pairs * (total - flush) * dim);
+    for p in 0..pairs {
+        let held_rows = &held_f16[p * held_len * dim..][..held_len * dim];
+        let new_rows = &rounded[p * len * dim..][..len * dim];
+        let cut = flush * dim;
+        if cut <= held_rows.len() {
+            old.extend_from_slice(&held_rows[..cut]);
+            rest.extend_from_slice(&held_rows[cut..]);
+            rest.extend_from_slice(new_rows);
+        } else {
+            old.extend_from_slice(held_rows);
+            let (to_old, to_rest) = new_rows.split_at(cut - held_rows.len());
+            old.extend_from_slice(to_old);
+            rest.extend_from_slice(to_rest);
+        }
+    }
+    let array = |data: &[f16], tokens: usize| {
+        (tokens > 0).then(|| Array::from_slice(data, &[batch, heads, tokens as i32, dim as i32]))
+    };
+    Ok((array(&old, flush), array(&rest, total - flush)))
+}
+
+/// `a`, evaluated and row-contiguous, so that its host slice can be read: itself when it
+/// already is (no MLX operation), otherwise a copy.
+fn readable<T: mlx_rs::ArrayElement>(a: &Array) -> Result<Array, CacheError> {
+    if a.try_as_slice::<T>().is_ok() {
+        return Ok(a.clone());
+    }
+    let a = a.contiguous()?;
+    a.eval()?;
+    Ok(a)
+}
+
+fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], CacheError> {
+    a.try_as_slice::<T>()
+        .map_err(|e| CacheError::Shape(format!("cannot read the KV window on the host: {e}")))
+}
+
+/// Whether the window of a cache storing `storage` gets new tokens of `dtype` on the host:
+/// float32 tokens into a float16 window, where the host kernels run (the CPU build).
+pub(super) fn applies(dtype: Dtype, storage: Dtype) -> bool {
+    dtype == Dtype::Float32 && storage == Dtype::Float16 && kivi_kernels::host::enabled()
+}
