@@ -12,7 +12,7 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::{mlx_quant::QuantizedArray, KernelError, KeyAxis};
+use crate::{host::readable, mlx_quant::QuantizedArray, KernelError, KeyAxis};
 
 /// One layer's cache as attention reads it: the quantized history (oldest tokens), then the
 /// full-precision residual window (newest tokens). Either part may be absent.
@@ -70,21 +70,6 @@ pub fn attend(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array
     attend_mlx(queries, cache, scale)
 }
 
-/// `a` in float32, contiguous and evaluated, so that its host slice can be read.
-fn host_f32(a: &Array) -> Result<Array, KernelError> {
-    let a = if a.dtype() == Dtype::Float32 {
-        a.clone()
-    } else {
-        a.as_dtype(Dtype::Float32)?
-    };
-    if a.try_as_slice::<f32>().is_err() {
-        let a = a.contiguous()?;
-        a.eval()?;
-        return Ok(a);
-    }
-    Ok(a)
-}
-
 fn host_slice(a: &Array) -> Result<&[f32], KernelError> {
     a.try_as_slice::<f32>()
         .map_err(|e| KernelError::Shape(format!("cannot read an array on the host: {e}")))
@@ -118,20 +103,20 @@ pub fn attend_host(
     let kv_heads = cache
         .kv_heads()
         .ok_or_else(|| KernelError::Shape("attention over an empty cache".into()))?;
-    let q = host_f32(queries)?;
+    let q = readable::<f32>(queries)?;
     // (keys, values, channel-major keys) per segment, as evaluated float32 arrays.
     let mut parts: Vec<(Array, Array, bool)> = Vec::with_capacity(2);
     if let (Some(k), Some(v)) = (cache.keys, cache.values) {
         // Scales and zeros in float32 first, so that MLX dequantizes straight to float32.
         let f32_params = |q: &QuantizedArray| q.with_param_dtype(Dtype::Float32);
         parts.push((
-            host_f32(&f32_params(k)?.dequantize()?)?,
-            host_f32(&f32_params(v)?.dequantize()?)?,
+            readable::<f32>(&f32_params(k)?.dequantize()?)?,
+            readable::<f32>(&f32_params(v)?.dequantize()?)?,
             cache.key_axis == KeyAxis::PerChannel,
         ));
     }
     if let (Some(k), Some(v)) = (cache.residual_keys, cache.residual_values) {
-        parts.push((host_f32(k)?, host_f32(v)?, false));
+        parts.push((readable::<f32>(k)?, readable::<f32>(v)?, false));
     }
     let value_dim = parts.first().map_or(0, |(_, v, _)| v.dim(-1) as usize);
     let mut keys = Vec::with_capacity(parts.len());

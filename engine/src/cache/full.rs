@@ -21,7 +21,10 @@ use mlx_rs::{
 };
 
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
-use kivi_kernels::host::attention::{self as host_attention, Segment, Shape};
+use kivi_kernels::host::{
+    attention::{self as host_attention, Segment, Shape},
+    readable,
+};
 
 /// Keys and values of one layer, `[B, n_kv_heads, T, D]`.
 #[derive(Default)]
@@ -155,21 +158,6 @@ impl FullCache {
     }
 }
 
-/// `a` as a contiguous, evaluated float32 array whose host slice can be read.
-fn host_f32(a: &Array) -> Result<Array, CacheError> {
-    let a = if a.dtype() == Dtype::Float32 {
-        a.clone()
-    } else {
-        a.as_dtype(Dtype::Float32)?
-    };
-    if a.try_as_slice::<f32>().is_ok() {
-        return Ok(a);
-    }
-    let a = a.contiguous()?;
-    a.eval()?;
-    Ok(a)
-}
-
 fn dims4(a: &Array) -> Option<[usize; 4]> {
     match a.shape() {
         &[b, h, l, d] => Some([b as usize, h as usize, l as usize, d as usize]),
@@ -225,7 +213,11 @@ impl KvCache for FullCache {
                         values.shape()
                     )));
                 }
-                let (k, v, q) = (host_f32(keys)?, host_f32(values)?, host_f32(queries)?);
+                let (k, v, q) = (
+                    readable::<f32>(keys)?,
+                    readable::<f32>(values)?,
+                    readable::<f32>(queries)?,
+                );
                 host.append(slice(&k)?, slice(&v)?, l);
                 let shape = Shape {
                     batch: b,
@@ -390,7 +382,7 @@ impl KvCache for FullCache {
         }
         self.store = if use_host(&keys) {
             let mut host = HostKv::new(b as usize, h as usize, dk as usize, dv as usize);
-            let (k, v) = (host_f32(&keys)?, host_f32(&values)?);
+            let (k, v) = (readable::<f32>(&keys)?, readable::<f32>(&values)?);
             host.append(slice(&k)?, slice(&v)?, t as usize);
             Store::Host(host)
         } else {

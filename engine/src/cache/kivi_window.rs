@@ -13,6 +13,7 @@
 //! one prefill, any chunking and token-by-token decode still give the same cache.
 
 use half::{f16, slice::HalfFloatSliceExt};
+use kivi_kernels::host::readable;
 use mlx_rs::{Array, Dtype};
 
 use super::CacheError;
@@ -75,17 +76,6 @@ pub(super) fn roll(
         (tokens > 0).then(|| Array::from_slice(data, &[batch, heads, tokens as i32, dim as i32]))
     };
     Ok((array(&old, flush), array(&rest, total - flush)))
-}
-
-/// `a`, evaluated and row-contiguous, so that its host slice can be read: itself when it
-/// already is (no MLX operation), otherwise a copy.
-fn readable<T: mlx_rs::ArrayElement>(a: &Array) -> Result<Array, CacheError> {
-    if a.try_as_slice::<T>().is_ok() {
-        return Ok(a.clone());
-    }
-    let a = a.contiguous()?;
-    a.eval()?;
-    Ok(a)
 }
 
 fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], CacheError> {

@@ -15,6 +15,25 @@ pub mod attention;
 pub mod blas;
 pub mod softmax;
 
+use mlx_rs::{error::Exception, Array, ArrayElement};
+
+/// `a` as an evaluated, row-contiguous array of `T` whose host slice can be read: `a`
+/// itself when it already is one (no MLX operation), otherwise a converted or contiguous
+/// copy.
+pub fn readable<T: ArrayElement>(a: &Array) -> Result<Array, Exception> {
+    let a = if a.dtype() == T::DTYPE {
+        a.clone()
+    } else {
+        a.as_dtype(T::DTYPE)?
+    };
+    if a.try_as_slice::<T>().is_ok() {
+        return Ok(a);
+    }
+    let a = a.contiguous()?;
+    a.eval()?;
+    Ok(a)
+}
+
 /// Runs `f` with AVX2 and FMA enabled when the CPU has them, so that the compiler
 /// vectorizes its loops eight lanes wide; otherwise runs it as compiled for the baseline.
 #[inline(always)]
