@@ -48,7 +48,7 @@ step_apt() {
   [ "$os" = Linux ] || { have "not Linux: skipping system packages"; return; }
   local missing=()
   for pkg in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+    [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)" = "install ok installed" ] \
       || missing+=("$pkg")
   done
   if [ ${#missing[@]} -eq 0 ]; then
@@ -200,8 +200,10 @@ step_ui() {
 
 # --- test tools --------------------------------------------------------------------------
 step_tools() {
+  # Each tool's output is captured before it is matched: under pipefail, `cmd | grep -q` fails
+  # at random when grep exits on its match and cmd then dies of SIGPIPE while still writing.
   if command -v tauri-driver >/dev/null 2>&1 \
-     && tauri-driver --help 2>&1 | grep -q -i "tauri" \
+     && grep -q -i "tauri" <<<"$(tauri-driver --help 2>&1 || true)" \
      && [ "$(cat "${CARGO_HOME:-$HOME/.cargo}/.kivi-tauri-driver" 2>/dev/null)" = "$TAURI_DRIVER_VERSION" ]; then
     have "tools: tauri-driver $TAURI_DRIVER_VERSION present"
   else
@@ -210,7 +212,7 @@ step_tools() {
     echo "$TAURI_DRIVER_VERSION" >"${CARGO_HOME:-$HOME/.cargo}/.kivi-tauri-driver"
   fi
   # cargo fuzz runs the fuzz targets (scripts/fuzz.sh).
-  if cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $CARGO_FUZZ_VERSION"; then
+  if [ "$(cargo fuzz --version 2>/dev/null || true)" = "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
     have "tools: cargo-fuzz $CARGO_FUZZ_VERSION present"
   else
     act "tools: cargo-fuzz $CARGO_FUZZ_VERSION"

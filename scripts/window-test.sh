@@ -31,13 +31,14 @@ sleep 1
 app=$!
 
 for _ in $(seq 1 120); do
-  if xwininfo -root -tree 2>/dev/null | grep -q '"KIVI Chat"'; then
+  # Captured, then matched: under pipefail `xwininfo | grep -q` can fail on SIGPIPE.
+  if grep -q '"KIVI Chat"' <<<"$(xwininfo -root -tree 2>/dev/null || true)"; then
     break
   fi
   kill -0 "$app" 2>/dev/null || { echo "window-test: the app exited early:" >&2; cat artifacts/window-app.log >&2; exit 1; }
   sleep 0.5
 done
-xwininfo -root -tree | grep -q '"KIVI Chat"' || { echo "window-test: no KIVI Chat window after 60 s" >&2; cat artifacts/window-app.log >&2; exit 1; }
+grep -q '"KIVI Chat"' <<<"$(xwininfo -root -tree 2>/dev/null || true)" || { echo "window-test: no KIVI Chat window after 60 s" >&2; cat artifacts/window-app.log >&2; exit 1; }
 
 # Give the webview time to load and render the UI.
 sleep "${WINDOW_SETTLE_SECONDS:-8}"
