@@ -3,6 +3,10 @@
 use mlx_rs::Dtype;
 use serde::{Deserialize, Serialize};
 
+/// OpenBLAS's kernel choice, for executables to correct first thing in `main`
+/// ([`openblas::select_core`]).
+pub use kivi_kernels::host::openblas;
+
 /// Where the model runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

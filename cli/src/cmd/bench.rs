@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use kivi_engine::device::openblas;
 
 use crate::eval::bench::{display_name, measure, run_all, BenchReport, Entry, Spawner, WorkerPlan};
 use crate::eval::configs::{parse_configs, parse_sizes, size_label, DEFAULT_CONFIGS};
@@ -81,11 +82,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let total = configs.len() * contexts.len() * repeats;
     eprintln!(
         "[bench · {} · {} configurations × {} contexts × {repeats} rounds = {total} runs, \
-         {} decoded tokens each]",
+         {} decoded tokens each · BLAS kernels: {}]",
         display_name(&spawner.model),
         configs.len(),
         contexts.len(),
-        args.decode_tokens
+        args.decode_tokens,
+        openblas::core().unwrap_or_else(|| "not OpenBLAS".into())
     );
     let mut done = 0;
     let entries = run_all(

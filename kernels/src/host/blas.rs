@@ -5,7 +5,7 @@
 //! symbol is looked up at run time (`dlsym`), so that nothing here changes how the crate
 //! links; without it a plain-Rust loop (correct, slower) runs instead.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 type CblasSgemm = unsafe extern "C" fn(
@@ -39,15 +39,20 @@ const RTLD_DEFAULT: *mut c_void = -2isize as *mut c_void;
 #[cfg(not(target_os = "macos"))]
 const RTLD_DEFAULT: *mut c_void = std::ptr::null_mut();
 
+/// The address of a function in the process's global scope (the loaded BLAS included).
+pub(super) fn symbol(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: a NUL-terminated name; dlsym has no other preconditions.
+    let p = unsafe { dlsym(RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
 fn cblas_sgemm() -> Option<CblasSgemm> {
     static SGEMM: OnceLock<Option<usize>> = OnceLock::new();
     let address = *SGEMM.get_or_init(|| {
         if std::env::var("KIVI_HOST_BLAS").is_ok_and(|v| v == "0") {
             return None;
         }
-        // SAFETY: a NUL-terminated name; dlsym has no other preconditions.
-        let p = unsafe { dlsym(RTLD_DEFAULT, c"cblas_sgemm".as_ptr()) };
-        (!p.is_null()).then_some(p as usize)
+        symbol(c"cblas_sgemm").map(|p| p as usize)
     });
     // SAFETY: the address is the process's `cblas_sgemm`, whose C signature is the
     // standard one declared above.

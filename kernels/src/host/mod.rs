@@ -3,6 +3,8 @@
 //!
 //! - [`blas`]: `sgemm`, resolved at run time from the process's BLAS (OpenBLAS on Linux),
 //!   with a plain-Rust fallback;
+//! - [`openblas`]: OpenBLAS's kernels chosen again from the CPU's features where it fell
+//!   back to SSE3 code on a CPU newer than the library;
 //! - [`softmax`]: a vectorizable `exp` and row softmax. The MLX wheel for x86 computes
 //!   `exp` one lane at a time through `fmaf` calls, which made softmax the largest cost of a
 //!   long prefill;
@@ -13,6 +15,7 @@
 
 pub mod attention;
 pub mod blas;
+pub mod openblas;
 pub mod softmax;
 
 use mlx_rs::{error::Exception, Array, ArrayElement};
