@@ -12,6 +12,13 @@
 //! MLX path (default: `host`, or `mlx` where host steps are unavailable);
 //! `DECODE_STEP_WINDOWS=host,mlx` runs every KIVI configuration both with its residual
 //! window appended on the host and through MLX operations (default: `host`).
+//!
+//! Configurations sharing one process are not independent: at 8192 tokens the full cache
+//! steps at 11.6 tokens/s alone and at 9.5 beside a K4V4 configuration (K4V4: 13.1
+//! either way), because its BLAS threads then share the two cores with rayon's kernel
+//! threads (with `RAYON_NUM_THREADS=1` it is 11.1). Use it to compare variants of one
+//! cache kind (paths, windows, kernels) and `kivi bench`, one process per
+//! configuration, for ratios between cache kinds.
 
 use std::{
     path::PathBuf,
