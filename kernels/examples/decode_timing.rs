@@ -14,6 +14,8 @@ use mlx_rs::{ops, transforms::eval, Array};
 const HEADS: i32 = 9;
 const KV_HEADS: i32 = 3;
 const DIM: i32 = 64;
+/// SmolLM2-135M's layers.
+const LAYERS: usize = 30;
 
 /// The example's cache: G = 32, R = 128.
 fn kivi(keys: &Array, values: &Array, bits: u32) -> PackedLayer {
@@ -59,6 +61,12 @@ fn main() {
         let half = |a: &Array| a.as_dtype(mlx_rs::Dtype::Float16).unwrap();
         let k4_f16 = kivi(&half(&keys), &half(&values), 4);
         let k2_f16 = kivi(&half(&keys), &half(&values), 2);
+        // A decode step reads every layer's cache in turn, so a layer's packed codes have
+        // left the CPU caches by its next call: 30 such layers, read round-robin.
+        let layers: Vec<PackedLayer> = (0..LAYERS)
+            .map(|_| kivi(&half(&keys), &half(&values), 4))
+            .collect();
+        let next = std::cell::Cell::new(0usize);
         let scale = 0.125;
         let q = ops::multiply(&queries, Array::from_f32(scale))
             .unwrap()
@@ -117,6 +125,14 @@ fn main() {
             (
                 "KIVI K4V4, fused, float16 storage",
                 Box::new(|| fused::decode(&queries, k4_f16.view(), scale).unwrap()),
+            ),
+            (
+                "KIVI K4V4, fused, float16 storage, 30 layers in turn",
+                Box::new(|| {
+                    let layer = next.get();
+                    next.set((layer + 1) % LAYERS);
+                    fused::decode(&queries, layers[layer].view(), scale).unwrap()
+                }),
             ),
             (
                 "KIVI K2V2, fused, float16 storage",

@@ -10,6 +10,10 @@
 //! Blocks of 32 rather than one packed word: the factors loaded per channel (keys) or per
 //! token (values) then serve 4 words at 4 bits instead of one, which took K4V4 at 8k tokens
 //! from 1.69-1.78 ms to 1.44-1.46 ms per layer on one thread (`decode_timing`).
+//!
+//! Each span converts only its own tokens' scales and zeros (the keys' transposed, so that
+//! a group's per-channel factors are contiguous and its setup vectorizes), and the values'
+//! zero term is summed inside the block loop, where the token's weights are at hand.
 
 use super::view::{Parts, QuantizedHead};
 use super::{Partial, Span};
@@ -94,7 +98,7 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
     for r in 0..rep {
         let qr = &q[r * d..(r + 1) * d];
         for (n, key) in rk.chunks_exact(d).take(residual).enumerate() {
-            scores[r * total + quantized + n] = qr.iter().zip(key).map(|(a, b)| a * b).sum();
+            scores[r * total + quantized + n] = dot::<M>(qr, key);
         }
     }
     let (mut max, mut sum) = (vec![0f32; rep], vec![0f32; rep]);
@@ -104,17 +108,9 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
     let mut out = vec![0f32; rep * dv];
     if let (Some(values), true) = (&kv.values, quantized > 0) {
         let v = values.head(index, kv.quantized, dv);
-        let rows = ValueRows {
-            head: &v,
-            weights: &scores,
-            ld: total,
-            first: span.tokens.start,
-            tokens: quantized,
-            dim: dv,
-        };
         match values.bits {
-            2 => rows.output::<M, 2, 16>(rep, &mut out),
-            _ => rows.output::<M, 4, 8>(rep, &mut out),
+            2 => value_output::<M, 2, 16>(&v, &scores, total, span, rep, &mut out),
+            _ => value_output::<M, 4, 8>(&v, &scores, total, span, rep, &mut out),
         }
     }
     let rv = kv
@@ -139,6 +135,37 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
 #[inline(always)]
 fn centred_zero<const BITS: u32>(scale: f32, zero: f32) -> f32 {
     zero + scale * ((1u32 << BITS) - 1) as f32 / 2.0
+}
+
+/// `scales` and `zeros` (`zeros` replaced by [`centred_zero`]s) in float32.
+fn centred<const BITS: u32>(scales: Vec<f32>, mut zeros: Vec<f32>) -> (Vec<f32>, Vec<f32>) {
+    for (z, &s) in zeros.iter_mut().zip(&scales) {
+        *z = centred_zero::<BITS>(s, *z);
+    }
+    (scales, zeros)
+}
+
+/// Partial sums kept by [`dot`]: one AVX register of floats.
+const LANES: usize = 8;
+
+/// `sum_i a_i * b_i`, in [`LANES`] partial sums: one running total would be a chain of
+/// dependent additions that the compiler cannot vectorize.
+#[inline(always)]
+fn dot<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for ((l, &x), &y) in lanes.iter_mut().zip(x).zip(y) {
+            *l = M::mul_add(x, y, *l);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// The `PW = 32 / BITS` codes of a word, lowest bits first, centred (`code - mid`): a
@@ -185,9 +212,9 @@ struct KeyGroup<'a> {
     packed: &'a [u32],
     /// Words per channel row.
     words: usize,
-    /// `a[c * rep + r] = q[r, c] * scale[c, group]`.
+    /// `a[r * D + c] = q[r, c] * scale[c, group]`.
     a: &'a [f32],
-    rep: usize,
+    dim: usize,
     /// `sum_c q[r, c] * centred_zero[c, group]` per row.
     bias: &'a [f32],
 }
@@ -207,12 +234,16 @@ impl KeyGroup<'_> {
         ld: usize,
     ) {
         let mut acc = [[0f32; BLOCK]; NR];
-        for (c, a) in self.a.chunks_exact(self.rep).enumerate() {
+        let d = self.dim;
+        for c in 0..d {
             let words = &self.packed[c * self.words + w..][..BLOCK / PW];
-            let a = &a[r0..r0 + NR];
+            let mut a = [0f32; NR];
+            for (r, a) in a.iter_mut().enumerate() {
+                *a = self.a[(r0 + r) * d + c];
+            }
             for (i, &word) in words.iter().enumerate() {
                 let codes = unpack::<BITS, PW>(word);
-                for (acc, &a) in acc.iter_mut().zip(a) {
+                for (acc, &a) in acc.iter_mut().zip(&a) {
                     for (o, &code) in acc[i * PW..][..PW].iter_mut().zip(&codes) {
                         *o = M::mul_add(a, code, *o);
                     }
@@ -244,24 +275,28 @@ fn key_scores<M: MulAdd, const BITS: u32, const PW: usize>(
     let d = q.len() / rep;
     let groups = k.scales.len() / d;
     let words = groups * g / PW;
-    let mut a = vec![0f32; d * rep];
+    // The span's groups, each a row of D channels: a group's factors are then contiguous.
+    let cols = span.tokens.start / g..span.tokens.end / g;
+    let (scales, zeros) = centred::<BITS>(
+        k.scales.transposed(d, cols.clone()),
+        k.zeros.transposed(d, cols.clone()),
+    );
+    let mut a = vec![0f32; rep * d];
     let mut bias = vec![0f32; rep];
-    for group in span.tokens.start / g..span.tokens.end / g {
-        bias.fill(0.0);
-        for c in 0..d {
-            let s = k.scales[c * groups + group];
-            let z = centred_zero::<BITS>(s, k.zeros[c * groups + group]);
-            for r in 0..rep {
-                let qc = q[r * d + c];
-                a[c * rep + r] = qc * s;
-                bias[r] = M::mul_add(qc, z, bias[r]);
+    for (i, group) in cols.enumerate() {
+        let (s, z) = (&scales[i * d..][..d], &zeros[i * d..][..d]);
+        for r in 0..rep {
+            let qr = &q[r * d..][..d];
+            for ((a, &qc), &s) in a[r * d..][..d].iter_mut().zip(qr).zip(s) {
+                *a = qc * s;
             }
+            bias[r] = dot::<M>(qr, z);
         }
         let rows = KeyGroup {
             packed: k.packed,
             words,
             a: &a,
-            rep,
+            dim: d,
             bias: &bias,
         };
         for w in (group * g / PW..(group + 1) * g / PW).step_by(BLOCK / PW) {
@@ -279,57 +314,69 @@ fn key_scores<M: MulAdd, const BITS: u32, const PW: usize>(
     }
 }
 
-/// Quantized values (per token: row `n` of `packed` holds token `n`'s channels) and the
-/// weights of the span's tokens.
+/// `out` (`[rep, Dv]`) += the weighted sum of the quantized values of `span`, with
+/// `weights` (`[rep, ld]`, from column 0) for its tokens.
+#[inline(always)]
+fn value_output<M: MulAdd, const BITS: u32, const PW: usize>(
+    v: &QuantizedHead<'_>,
+    weights: &[f32],
+    ld: usize,
+    span: &Span,
+    rep: usize,
+    out: &mut [f32],
+) {
+    let dv = out.len() / rep;
+    let groups = dv / v.group;
+    let params = span.tokens.start * groups..span.tokens.end * groups;
+    let (scales, zeros) = centred::<BITS>(
+        v.scales.get(params.clone()).into_owned(),
+        v.zeros.get(params).into_owned(),
+    );
+    let words = dv / PW;
+    let rows = ValueRows {
+        packed: &v.packed[span.tokens.start * words..span.tokens.end * words],
+        scales: &scales,
+        zeros: &zeros,
+        group: v.group,
+        weights,
+        ld,
+        tokens: span.tokens.len(),
+        dim: dv,
+    };
+    for first in (0..dv).step_by(BLOCK) {
+        for r0 in (0..rep).step_by(ROWS) {
+            by_rows!(
+                rows.block,
+                M,
+                BITS,
+                ROWS.min(rep - r0),
+                (first, r0, &mut *out)
+            );
+        }
+    }
+}
+
+/// The quantized values of one span (per token: row `n` of `packed` holds token `n`'s
+/// channels) and their weights.
 struct ValueRows<'a> {
-    head: &'a QuantizedHead<'a>,
-    /// `[rep, ld]`: column `n - first` weighs token `n`.
+    packed: &'a [u32],
+    /// `[tokens, Dv / G]`.
+    scales: &'a [f32],
+    /// `[tokens, Dv / G]`, centred ([`centred_zero`]).
+    zeros: &'a [f32],
+    group: usize,
+    /// `[rep, ld]`: column `n` weighs token `n`.
     weights: &'a [f32],
     ld: usize,
-    first: usize,
     tokens: usize,
     dim: usize,
 }
 
 impl ValueRows<'_> {
-    /// `out` (`[rep, Dv]`) += the weighted sum of the span's quantized values.
-    #[inline(always)]
-    fn output<M: MulAdd, const BITS: u32, const PW: usize>(&self, rep: usize, out: &mut [f32]) {
-        let (g, dv) = (self.head.group, self.dim);
-        let groups = dv / g;
-        let mut bias = vec![0f32; rep * groups];
-        for n in 0..self.tokens {
-            let token = self.first + n;
-            for group in 0..groups {
-                let s = self.head.scales[token * groups + group];
-                let z = centred_zero::<BITS>(s, self.head.zeros[token * groups + group]);
-                for r in 0..rep {
-                    let b = &mut bias[r * groups + group];
-                    *b = M::mul_add(self.weights[r * self.ld + n], z, *b);
-                }
-            }
-        }
-        for first in (0..dv).step_by(BLOCK) {
-            for r0 in (0..rep).step_by(ROWS) {
-                by_rows!(
-                    self.block,
-                    M,
-                    BITS,
-                    ROWS.min(rep - r0),
-                    (first, r0, &mut *out)
-                );
-            }
-        }
-        for r in 0..rep {
-            for (c, o) in out[r * dv..(r + 1) * dv].iter_mut().enumerate() {
-                *o += bias[r * groups + c / g];
-            }
-        }
-    }
-
     /// Rows `r0 .. r0 + NR` of `out` += `sum_n (w[r, n] * scale[n, group]) * code[n, ch]`
-    /// for the [`BLOCK`] channels from `first` (one group: groups are 32 channels or
-    /// more). A token's weights and scale are loaded once for all of the block's words.
+    /// plus `sum_n w[r, n] * zero[n, group]`, for the [`BLOCK`] channels from `first`
+    /// (inside one group: groups are 32 channels or more). A token's weights, scale and
+    /// zero are loaded once for all of the block's words.
     #[inline(always)]
     fn block<M: MulAdd, const BITS: u32, const PW: usize, const NR: usize>(
         &self,
@@ -338,16 +385,19 @@ impl ValueRows<'_> {
         out: &mut [f32],
     ) {
         let (dv, words) = (self.dim, self.dim / PW);
-        let groups = dv / self.head.group;
-        let group = first / self.head.group;
+        let groups = dv / self.group;
+        let group = first / self.group;
         let mut acc = [[0f32; BLOCK]; NR];
+        let mut bias = [0f32; NR];
         for n in 0..self.tokens {
-            let token = self.first + n;
-            let codes = &self.head.packed[token * words + first / PW..][..BLOCK / PW];
-            let s = self.head.scales[token * groups + group];
+            let codes = &self.packed[n * words + first / PW..][..BLOCK / PW];
+            let s = self.scales[n * groups + group];
+            let z = self.zeros[n * groups + group];
             let mut a = [0f32; NR];
-            for (r, a) in a.iter_mut().enumerate() {
-                *a = self.weights[(r0 + r) * self.ld + n] * s;
+            for (r, (a, b)) in a.iter_mut().zip(&mut bias).enumerate() {
+                let w = self.weights[(r0 + r) * self.ld + n];
+                *a = w * s;
+                *b = M::mul_add(w, z, *b);
             }
             for (i, &word) in codes.iter().enumerate() {
                 let codes = unpack::<BITS, PW>(word);
@@ -358,10 +408,10 @@ impl ValueRows<'_> {
                 }
             }
         }
-        for (r, acc) in acc.iter().enumerate() {
+        for (r, (acc, &b)) in acc.iter().zip(&bias).enumerate() {
             let row = r0 + r;
             for (o, &x) in out[row * dv + first..][..BLOCK].iter_mut().zip(acc) {
-                *o += x;
+                *o += x + b;
             }
         }
     }

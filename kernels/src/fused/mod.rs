@@ -111,14 +111,18 @@ struct Partial {
     sum: Vec<f32>,
 }
 
-/// The spans for `threads` threads: equal runs of whole groups of the quantized tokens,
-/// the first also taking the residual window.
-fn spans(quantized: usize, group: usize, threads: usize) -> Vec<Span> {
+/// The spans for `threads` threads: runs of whole groups of the quantized tokens, the
+/// first also taking the residual window of `residual` tokens, sized so that each span
+/// has about as many tokens in all (a window token costs about what a quantized one does).
+fn spans(quantized: usize, residual: usize, group: usize, threads: usize) -> Vec<Span> {
     let groups = quantized / group;
     let count = threads.min(quantized / MIN_SPAN_TOKENS).max(1);
+    // The window counted as groups of the first span.
+    let window = residual.div_ceil(group);
+    let bound = |i: usize| ((groups + window) * i / count).saturating_sub(window) * group;
     (0..count)
         .map(|i| Span {
-            tokens: groups * i / count * group..groups * (i + 1) / count * group,
+            tokens: bound(i)..bound(i + 1),
             residual: i == 0,
         })
         .collect()
@@ -128,7 +132,7 @@ fn spans(quantized: usize, group: usize, threads: usize) -> Vec<Span> {
 /// `[pairs, rep, Dv]`.
 fn attend(kv: &Parts<'_>, q: &[f32], rep: usize, threads: usize) -> Vec<f32> {
     let group = kv.keys.as_ref().map_or(1, |k| k.group);
-    let spans = spans(kv.quantized, group, threads);
+    let spans = spans(kv.quantized, kv.residual, group, threads);
     // rayon's threads, not threads spawned per call: a decode step makes one call per
     // layer, and a spawn plus join cost about as much as a 4k-token span.
     let parts: Vec<Vec<Partial>> = spans
@@ -173,10 +177,15 @@ mod tests {
 
     #[test]
     fn spans_cover_the_quantized_tokens_in_whole_groups() {
-        assert_eq!(spans(0, 32, 4).len(), 1);
-        assert_eq!(spans(1500, 32, 4).len(), 1);
-        for (quantized, group, threads) in [(4096, 32, 2), (8192, 128, 3), (5024, 32, 8)] {
-            let spans = spans(quantized, group, threads);
+        assert_eq!(spans(0, 0, 32, 4).len(), 1);
+        assert_eq!(spans(1500, 128, 32, 4).len(), 1);
+        for (quantized, residual, group, threads) in [
+            (4096, 128, 32, 2),
+            (8192, 0, 128, 3),
+            (5024, 32, 32, 8),
+            (2048, 4096, 32, 2),
+        ] {
+            let spans = spans(quantized, residual, group, threads);
             assert_eq!(spans.len(), threads.min(quantized / MIN_SPAN_TOKENS));
             assert_eq!(spans[0].tokens.start, 0);
             assert_eq!(spans.last().unwrap().tokens.end, quantized);
@@ -184,7 +193,13 @@ mod tests {
                 assert_eq!(pair[0].tokens.end, pair[1].tokens.start);
             }
             assert!(spans.iter().all(|s| s.tokens.start % group == 0));
-            assert_eq!(spans.iter().filter(|s| s.residual).count(), 1);
+            assert!(spans[0].residual && spans.iter().filter(|s| s.residual).count() == 1);
+            // Balanced: the first span's window plus tokens match the others' tokens to
+            // within a group (unless the window alone is more than a share).
+            let share = (quantized + residual) / spans.len();
+            for s in &spans[1..] {
+                assert!(s.tokens.len().abs_diff(share) <= group || residual > share);
+            }
         }
     }
 

@@ -19,11 +19,12 @@ pub(super) struct Quantized<'a> {
     pub(super) group: usize,
 }
 
-/// The part of a [`Quantized`] that belongs to one `(batch, head)` pair.
+/// The part of a [`Quantized`] that belongs to one `(batch, head)` pair; its scales and
+/// zeros are converted by the span that reads them, for that span's tokens only.
 pub(super) struct QuantizedHead<'a> {
     pub(super) packed: &'a [u32],
-    pub(super) scales: Cow<'a, [f32]>,
-    pub(super) zeros: Cow<'a, [f32]>,
+    pub(super) scales: Floats<'a>,
+    pub(super) zeros: Floats<'a>,
     pub(super) group: usize,
 }
 
@@ -44,8 +45,8 @@ impl<'a> Quantized<'a> {
         let groups = rows * cols / self.group;
         QuantizedHead {
             packed: &self.packed[index * words..(index + 1) * words],
-            scales: self.scales.get(index * groups..(index + 1) * groups),
-            zeros: self.zeros.get(index * groups..(index + 1) * groups),
+            scales: self.scales.sub(index * groups..(index + 1) * groups),
+            zeros: self.zeros.sub(index * groups..(index + 1) * groups),
             group: self.group,
         }
     }
@@ -215,7 +216,7 @@ fn row_contiguous(a: &Array) -> bool {
 }
 
 /// A float32 or float16 buffer, read in float32: parts of it are converted where they are
-/// used (one head at a time), which keeps the copies small.
+/// used (a span of one head at a time), which keeps the copies small.
 #[derive(Clone, Copy)]
 pub(super) enum Floats<'a> {
     F32(&'a [f32]),
@@ -228,6 +229,35 @@ impl<'a> Floats<'a> {
             Dtype::Float16 => Floats::F16(slice::<f16>(a)?),
             _ => Floats::F32(slice::<f32>(a)?),
         })
+    }
+
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Floats::F32(x) => x.len(),
+            Floats::F16(x) => x.len(),
+        }
+    }
+
+    /// Elements `range`, not converted.
+    pub(super) fn sub(&self, range: Range<usize>) -> Floats<'a> {
+        match *self {
+            Floats::F32(x) => Floats::F32(&x[range]),
+            Floats::F16(x) => Floats::F16(&x[range]),
+        }
+    }
+
+    /// Columns `cols` of the buffer read as `rows` rows, in float32 and transposed
+    /// (`[cols.len(), rows]`): each row's part converted at once, then scattered.
+    pub(super) fn transposed(&self, rows: usize, cols: Range<usize>) -> Vec<f32> {
+        let (row_len, width) = (self.len() / rows, cols.len());
+        let mut out = vec![0f32; width * rows];
+        for r in 0..rows {
+            let row = self.get(r * row_len + cols.start..r * row_len + cols.end);
+            for (j, &x) in row.iter().enumerate() {
+                out[j * rows + r] = x;
+            }
+        }
+        out
     }
 
     /// Elements `range` in float32 (borrowed when stored so).
