@@ -12,7 +12,11 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::{host::readable, mlx_quant::QuantizedArray, KernelError, KeyAxis};
+use crate::{
+    host::{dequantize::dequantize, readable},
+    mlx_quant::QuantizedArray,
+    KernelError, KeyAxis,
+};
 
 /// One layer's cache as attention reads it: the quantized history (oldest tokens), then the
 /// full-precision residual window (newest tokens). Either part may be absent.
@@ -76,8 +80,8 @@ fn host_slice(a: &Array) -> Result<&[f32], KernelError> {
 }
 
 /// The same attention as [`attend_mlx`], on the CPU: the quantized history is dequantized
-/// (to float32, for this call only) and attended with the residual window by
-/// [`crate::host::attention`] (BLAS products, vectorized softmax).
+/// (to float32, for this call only, by [`crate::host::dequantize`]) and attended with the
+/// residual window by [`crate::host::attention`] (BLAS products, vectorized softmax).
 ///
 /// Dequantizing costs `O(T * D)` per call against the `O(L * T * D)` of a chunk's
 /// attention; the products then run at BLAS speed instead of MLX's scalar CPU
@@ -104,54 +108,56 @@ pub fn attend_host(
         .kv_heads()
         .ok_or_else(|| KernelError::Shape("attention over an empty cache".into()))?;
     let q = readable::<f32>(queries)?;
-    // (keys, values, channel-major keys) per segment, as evaluated float32 arrays.
-    let mut parts: Vec<(Array, Array, bool)> = Vec::with_capacity(2);
-    if let (Some(k), Some(v)) = (cache.keys, cache.values) {
-        // Scales and zeros in float32 first, so that MLX dequantizes straight to float32.
-        let f32_params = |q: &QuantizedArray| q.with_param_dtype(Dtype::Float32);
-        parts.push((
-            readable::<f32>(&f32_params(k)?.dequantize()?)?,
-            readable::<f32>(&f32_params(v)?.dequantize()?)?,
-            cache.key_axis == KeyAxis::PerChannel,
-        ));
+    let history = match (cache.keys, cache.values) {
+        (Some(k), Some(v)) => Some((dequantize(k)?, dequantize(v)?)),
+        _ => None,
+    };
+    let residual = match (cache.residual_keys, cache.residual_values) {
+        (Some(k), Some(v)) => Some((readable::<f32>(k)?, readable::<f32>(v)?)),
+        _ => None,
+    };
+    let dims = |a: &Array| a.shape().iter().map(|&d| d as usize).collect::<Vec<_>>();
+    // (keys, their shape, values, their shape, channel-major keys) per segment.
+    type Part<'a> = (&'a [f32], Vec<usize>, &'a [f32], Vec<usize>, bool);
+    let mut parts: Vec<Part<'_>> = Vec::with_capacity(2);
+    if let Some(((k, key_shape), (v, value_shape))) = &history {
+        let channel_major = cache.key_axis == KeyAxis::PerChannel;
+        parts.push((k, key_shape.clone(), v, value_shape.clone(), channel_major));
     }
-    if let (Some(k), Some(v)) = (cache.residual_keys, cache.residual_values) {
-        parts.push((readable::<f32>(k)?, readable::<f32>(v)?, false));
+    if let Some((k, v)) = &residual {
+        parts.push((host_slice(k)?, dims(k), host_slice(v)?, dims(v), false));
     }
-    let value_dim = parts.first().map_or(0, |(_, v, _)| v.dim(-1) as usize);
+    let (batch_n, kv_n, dim_n) = (batch as usize, kv_heads as usize, dim as usize);
+    let value_dim = parts
+        .first()
+        .map_or(0, |p| p.3.get(3).copied().unwrap_or(0));
     let mut keys = Vec::with_capacity(parts.len());
     let mut values = Vec::with_capacity(parts.len());
-    for (k, v, channel_major) in &parts {
-        if k.ndim() != 4 || v.ndim() != 4 || k.dim(0) != batch || v.dim(1) != kv_heads {
-            return Err(KernelError::Shape(format!(
-                "cache arrays {:?} and {:?} do not fit queries {:?}",
-                k.shape(),
-                v.shape(),
+    for (k, ks, v, vs, channel_major) in &parts {
+        let misfit = || {
+            KernelError::Shape(format!(
+                "cache arrays {ks:?} and {vs:?} do not fit queries {:?}",
                 queries.shape()
-            )));
+            ))
+        };
+        if ks.len() != 4 || vs.len() != 4 || ks[0] != batch_n || vs[1] != kv_n {
+            return Err(misfit());
         }
-        let tokens = v.dim(2) as usize;
-        let key_rows = if *channel_major { dim as usize } else { tokens };
-        let key_cols = if *channel_major { tokens } else { dim as usize };
-        if (k.dim(2) as usize, k.dim(3) as usize) != (key_rows, key_cols)
-            || v.dim(3) as usize != value_dim
-        {
-            return Err(KernelError::Shape(format!(
-                "cache arrays {:?} and {:?} do not fit queries {:?}",
-                k.shape(),
-                v.shape(),
-                queries.shape()
-            )));
+        let tokens = vs[2];
+        let key_rows = if *channel_major { dim_n } else { tokens };
+        let key_cols = if *channel_major { tokens } else { dim_n };
+        if (ks[2], ks[3]) != (key_rows, key_cols) || vs[3] != value_dim {
+            return Err(misfit());
         }
         keys.push(Segment {
-            data: host_slice(k)?,
+            data: k,
             len: tokens,
             head_stride: key_rows * key_cols,
             row_stride: key_cols,
             channel_major: *channel_major,
         });
         values.push(Segment {
-            data: host_slice(v)?,
+            data: v,
             len: tokens,
             head_stride: tokens * value_dim,
             row_stride: value_dim,
@@ -159,11 +165,11 @@ pub fn attend_host(
         });
     }
     let shape = Shape {
-        batch: batch as usize,
+        batch: batch_n,
         heads: heads as usize,
-        kv_heads: kv_heads as usize,
+        kv_heads: kv_n,
         queries: len as usize,
-        dim: dim as usize,
+        dim: dim_n,
         value_dim,
     };
     let mut out = vec![0f32; shape.batch * shape.heads * shape.queries * value_dim];

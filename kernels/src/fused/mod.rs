@@ -16,7 +16,7 @@
 //! the reference and the MLX path in `kernels/tests/fused.rs`.
 
 mod loops;
-mod view;
+pub(crate) mod view;
 
 use std::ops::Range;
 

@@ -68,45 +68,23 @@ impl Held {
         {
             return Err(KernelError::Shape("keys and values held unevenly".into()));
         }
-        // One evaluation for everything: each host read would otherwise wait for the
-        // scheduler on its own.
         let mut sources = vec![queries];
         for q in cache.keys.iter().chain(&cache.values) {
             sources.extend(q.arrays());
         }
         sources.extend(cache.residual_keys.iter().chain(&cache.residual_values));
-        eval(sources)?;
-        let mut copies = Vec::new();
-        let mut ready = |a: &Array| -> Result<Array, KernelError> {
-            if row_contiguous(a) {
-                return Ok(a.clone());
-            }
-            let copy = a.contiguous()?;
-            copies.push(copy.clone());
-            Ok(copy)
-        };
-        let mut quantized = |q: &QuantizedArray| -> Result<_, KernelError> {
-            Ok((
-                q.clone(),
-                [ready(&q.packed)?, ready(&q.scales)?, ready(&q.zeros)?],
-            ))
-        };
-        let keys = cache.keys.map(&mut quantized).transpose()?;
-        let values = cache.values.map(&mut quantized).transpose()?;
-        let residual = match (cache.residual_keys, cache.residual_values) {
-            (Some(k), Some(v)) => Some((ready(k)?, ready(v)?)),
-            _ => None,
-        };
-        let held = Self {
-            queries: ready(queries)?,
+        let mut ready = host_arrays(&sources)?.into_iter();
+        let mut next = || ready.next().expect("one array per source");
+        let queries = next();
+        let keys = cache.keys.map(|q| (q.clone(), [next(), next(), next()]));
+        let values = cache.values.map(|q| (q.clone(), [next(), next(), next()]));
+        let residual = cache.residual_keys.map(|_| (next(), next()));
+        Ok(Self {
+            queries,
             keys,
             values,
             residual,
-        };
-        if !copies.is_empty() {
-            eval(&copies)?;
-        }
-        Ok(held)
+        })
     }
 
     /// Host views of the arrays, after checking that their shapes fit together (so that
@@ -206,6 +184,30 @@ pub(super) struct Parts<'a> {
     pub(super) residual_values: Floats<'a>,
 }
 
+/// `arrays` evaluated and row-contiguous, in order: each the array itself where it already
+/// is (the cache's buffers are), otherwise a contiguous copy.
+pub(crate) fn host_arrays(arrays: &[&Array]) -> Result<Vec<Array>, KernelError> {
+    // One evaluation for everything: each host read would otherwise wait for the
+    // scheduler on its own.
+    eval(arrays.iter().copied())?;
+    let mut copies = Vec::new();
+    let ready = arrays
+        .iter()
+        .map(|&a| {
+            if row_contiguous(a) {
+                return Ok(a.clone());
+            }
+            let copy = a.contiguous()?;
+            copies.push(copy.clone());
+            Ok(copy)
+        })
+        .collect::<Result<Vec<_>, KernelError>>()?;
+    if !copies.is_empty() {
+        eval(&copies)?;
+    }
+    Ok(ready)
+}
+
 /// Whether an evaluated array's buffer is laid out row-major with no gaps, so that it can
 /// be read as a host slice as it is.
 fn row_contiguous(a: &Array) -> bool {
@@ -218,20 +220,20 @@ fn row_contiguous(a: &Array) -> bool {
 /// A float32 or float16 buffer, read in float32: parts of it are converted where they are
 /// used (a span of one head at a time), which keeps the copies small.
 #[derive(Clone, Copy)]
-pub(super) enum Floats<'a> {
+pub(crate) enum Floats<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
 }
 
 impl<'a> Floats<'a> {
-    fn new(a: &'a Array) -> Result<Self, KernelError> {
+    pub(crate) fn new(a: &'a Array) -> Result<Self, KernelError> {
         Ok(match a.dtype() {
             Dtype::Float16 => Floats::F16(slice::<f16>(a)?),
             _ => Floats::F32(slice::<f32>(a)?),
         })
     }
 
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match self {
             Floats::F32(x) => x.len(),
             Floats::F16(x) => x.len(),
@@ -261,7 +263,7 @@ impl<'a> Floats<'a> {
     }
 
     /// Elements `range` in float32 (borrowed when stored so).
-    pub(super) fn get(&self, range: Range<usize>) -> Cow<'a, [f32]> {
+    pub(crate) fn get(&self, range: Range<usize>) -> Cow<'a, [f32]> {
         match *self {
             Floats::F32(x) => Cow::Borrowed(&x[range]),
             Floats::F16(x) => {
@@ -273,7 +275,7 @@ impl<'a> Floats<'a> {
     }
 }
 
-pub(super) fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], KernelError> {
+pub(crate) fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], KernelError> {
     a.try_as_slice::<T>()
         .map_err(|e| KernelError::Shape(format!("cannot read an array on the host: {e}")))
 }

@@ -15,6 +15,7 @@
 
 pub mod attention;
 pub mod blas;
+pub mod dequantize;
 pub mod openblas;
 pub mod softmax;
 
@@ -35,24 +36,6 @@ pub fn readable<T: ArrayElement>(a: &Array) -> Result<Array, Exception> {
     let a = a.contiguous()?;
     a.eval()?;
     Ok(a)
-}
-
-/// Runs `f` with AVX2 and FMA enabled when the CPU has them, so that the compiler
-/// vectorizes its loops eight lanes wide; otherwise runs it as compiled for the baseline.
-#[inline(always)]
-pub(crate) fn with_simd<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx2,fma")]
-        fn avx2<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        if has_avx2() {
-            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-            return unsafe { avx2(f) };
-        }
-    }
-    f()
 }
 
 /// Whether the CPU has AVX2 and FMA (cached).

@@ -5,15 +5,14 @@
 //! softmax uses (`x <= 0`), and written without calls or branches so that the compiler
 //! turns the loops below into SIMD code.
 
-use super::with_simd;
-
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 const LN2_HI: f32 = 0.693_359_4;
 const LN2_LO: f32 = -2.121_944_4e-4;
 /// Below this, `exp` is 0 in practice (`exp(-87.3)` is the smallest normal float).
 const MIN_ARG: f32 = -87.3;
 const MAX_ARG: f32 = 88.7;
-/// 1.5 * 2^23: adding it to a small whole float leaves that number in the low bits.
+/// 1.5 * 2^23: adding it to a float of magnitude below 2^22 rounds that float to the
+/// nearest whole number and leaves the number in the low mantissa bits.
 const SHIFTER: f32 = 12_582_912.0;
 /// Partial sums kept by [`exp_in_place`]: one AVX register of floats.
 const LANES: usize = 8;
@@ -22,7 +21,10 @@ const LANES: usize = 8;
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let x = x.clamp(MIN_ARG, MAX_ARG);
-    let n = (x * LOG2E + 0.5).floor();
+    // n = round(x / ln 2) by the shifter, not `floor`: without SSE4.1 in the baseline
+    // target, `floor` is a call to `floorf` per element, which also stops vectorization.
+    let shifted = x * LOG2E + SHIFTER;
+    let n = shifted - SHIFTER;
     let r = x - n * LN2_HI - n * LN2_LO;
     let mut p = 1.987_569_1e-4f32;
     p = p * r + 1.398_199_9e-3;
@@ -31,10 +33,10 @@ pub fn exp(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    // 2^n from the bits of n + 1.5 * 2^23, whose low mantissa bits hold n (|n| < 2^22):
-    // `n as i32` would be a saturating conversion, which does not vectorize.
-    let shifted = (n + SHIFTER).to_bits().wrapping_sub(SHIFTER.to_bits());
-    y * f32::from_bits(shifted.wrapping_add(127) << 23)
+    // 2^n from the low mantissa bits of the shifted float, which hold n: `n as i32` would
+    // be a saturating conversion, which does not vectorize.
+    let n = shifted.to_bits().wrapping_sub(SHIFTER.to_bits());
+    y * f32::from_bits(n.wrapping_add(127) << 23)
 }
 
 /// Below this, `x - max` gets weight 0 instead of `e^(x - max)` (under 1.6e-28).
@@ -94,25 +96,37 @@ fn softmax_body(row: &mut [f32]) {
     }
 }
 
-/// In-place softmax of one row (which must not be empty).
-pub fn softmax(row: &mut [f32]) {
-    with_simd(|| softmax_body(row));
-}
-
 /// In-place softmax of each row of `rows` (`[n, width]`, row stride `ld`) over its first
 /// `valid[i]` entries; the entries after them are set to 0 (masked keys).
 pub fn softmax_rows(rows: &mut [f32], width: usize, ld: usize, valid: impl Fn(usize) -> usize) {
-    with_simd(|| {
-        for (i, row) in rows.chunks_mut(ld).enumerate() {
-            let row = &mut row[..width];
-            let keep = valid(i).min(width);
-            let (seen, hidden) = row.split_at_mut(keep);
-            if !seen.is_empty() {
-                softmax_body(seen);
-            }
-            hidden.fill(0.0);
+    // A named function with the target features, not a closure passed to a generic helper:
+    // a closure is compiled for the baseline target, without AVX2 (and `exp`'s loops
+    // were, until this was found by disassembling the binary).
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx2,fma")]
+        fn avx2(rows: &mut [f32], width: usize, ld: usize, valid: &dyn Fn(usize) -> usize) {
+            rows_body(rows, width, ld, valid);
         }
-    });
+        if super::has_avx2() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+            return unsafe { avx2(rows, width, ld, &valid) };
+        }
+    }
+    rows_body(rows, width, ld, &valid);
+}
+
+#[inline(always)]
+fn rows_body(rows: &mut [f32], width: usize, ld: usize, valid: &dyn Fn(usize) -> usize) {
+    for (i, row) in rows.chunks_mut(ld).enumerate() {
+        let row = &mut row[..width];
+        let keep = valid(i).min(width);
+        let (seen, hidden) = row.split_at_mut(keep);
+        if !seen.is_empty() {
+            softmax_body(seen);
+        }
+        hidden.fill(0.0);
+    }
 }
 
 #[cfg(test)]
