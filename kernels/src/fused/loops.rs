@@ -5,11 +5,11 @@
 //! `sum_n w_n v'_nd = sum_n (w_n * s_ng) * code_nd + sum_n w_n * z_ng` (values per token),
 //!
 //! so that each code costs one multiply-add. The inner loops have fixed trip counts (blocks
-//! of 32 tokens or channels, up to three query rows) so that the compiler keeps the
+//! of [`BLOCK`] tokens or channels, up to three query rows) so that the compiler keeps the
 //! accumulators in vector registers; they run with AVX2 and FMA where the CPU has them.
-//! Blocks of 32 rather than one packed word: the factors loaded per channel (keys) or per
-//! token (values) then serve 4 words at 4 bits instead of one, which took K4V4 at 8k tokens
-//! from 1.69-1.78 ms to 1.44-1.46 ms per layer on one thread (`decode_timing`).
+//! Blocks of several words rather than one: the factors loaded per channel (keys) or per
+//! token (values) then serve them all, which took K4V4 at 8k tokens from 1.69-1.78 ms to
+//! 1.44-1.46 ms per layer on one thread (`decode_timing`, blocks of 32).
 //!
 //! Each span converts only its own tokens' scales and zeros (the keys' transposed, so that
 //! a group's per-channel factors are contiguous and its setup vectorizes), and the values'
@@ -204,13 +204,16 @@ fn prefetch(p: *const u32) {
 }
 
 /// Query rows handled together: their accumulators stay in vector registers (3 rows of
-/// [`BLOCK`] floats is 12 AVX registers).
+/// [`BLOCK`] floats is 6 AVX registers).
 const ROWS: usize = 3;
 
-/// Tokens (keys) or channels (values) one accumulator row holds: several packed words, so
-/// that the query factors (keys) or the weights and scale (values) loaded for a channel or
-/// a token serve all of them. Groups are 32 or more, so a block never straddles two.
-const BLOCK: usize = 32;
+/// Tokens (keys) or channels (values) one accumulator row holds: one or two packed words,
+/// so that the query factors (keys) or the weights and scale (values) loaded for a
+/// channel or a token serve more than one word. Not 32: its 12 accumulators, with the
+/// unpacking constants, outgrew the 16 AVX registers and spilled to the stack (2-5% slower
+/// on one thread, `RAYON_NUM_THREADS=1 decode_timing 4096`). Groups are 32 or more, so a
+/// block never straddles two.
+const BLOCK: usize = 16;
 
 /// Calls `$f::<M, BITS, PW, NR>(args)` for `nr` rows (1 to [`ROWS`]) with the bit width's
 /// constants, so that every inner loop has fixed trip counts.
