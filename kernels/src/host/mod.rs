@@ -9,9 +9,11 @@
 //!   `exp` one lane at a time through `fmaf` calls, which made softmax the largest cost of a
 //!   long prefill;
 //! - [`attention`]: float32 attention over keys and values held as host slices (several
-//!   segments, token- or channel-major), causal within a chunk, grouped-query heads.
+//!   segments, token- or channel-major), causal within a chunk, grouped-query heads;
+//! - [`dequantize`]: a packed KIVI tensor back in float32, for the attention of a chunk.
 //!
-//! Everything here is tested against plain loops in f64 (`kernels/tests/host.rs`).
+//! Everything here is tested against plain loops in f64 (`kernels/tests/host.rs`), and the
+//! dequantizer against the reference quantizer bit for bit (`kernels/tests/mlx_quant.rs`).
 
 pub mod attention;
 pub mod blas;
