@@ -131,16 +131,6 @@ impl QuantizedArray {
         )?)
     }
 
-    /// The same codes with scales and zeros in `dtype` (dequantizing then gives `dtype`).
-    pub fn with_param_dtype(&self, dtype: Dtype) -> Result<Self, KernelError> {
-        Ok(Self {
-            packed: self.packed.clone(),
-            scales: self.scales.as_dtype(dtype)?,
-            zeros: self.zeros.as_dtype(dtype)?,
-            spec: self.spec,
-        })
-    }
-
     /// Bytes of the three buffers, as MLX reports them.
     pub fn nbytes(&self) -> usize {
         self.packed.nbytes() + self.scales.nbytes() + self.zeros.nbytes()
