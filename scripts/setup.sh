@@ -84,8 +84,14 @@ step_venv() {
 
 # --- mlx-sys: registry source plus the project's overlay ---------------------------------
 registry_src() {
-  local cargo_home=${CARGO_HOME:-$HOME/.cargo}
-  ls -d "$cargo_home"/registry/src/*/mlx-sys-$MLX_SYS_VERSION 2>/dev/null | head -n 1
+  # Empty output, not a failure, when cargo has never fetched it: `ls` of a glob that
+  # matches nothing fails, and under pipefail that ended the set-up on a machine whose
+  # cargo registry was still empty.
+  local cargo_home=${CARGO_HOME:-$HOME/.cargo} dir
+  for dir in "$cargo_home"/registry/src/*/mlx-sys-$MLX_SYS_VERSION; do
+    [ -d "$dir" ] && { echo "$dir"; return; }
+  done
+  return 0
 }
 
 step_mlx_sys() {
