@@ -182,6 +182,11 @@ fn needle_answers_and_draws_a_heat_map_per_configuration() {
         let value = outcome["trial"]["value"].as_str().unwrap();
         assert_eq!(value.len(), 4);
         assert!(outcome["prompt_tokens"].as_u64().unwrap() > 256);
+        // A probability of 4 digit tokens: in (0, 1], and the mean is over the one trial.
+        let logprob = outcome["value_logprob"].as_f64().unwrap();
+        assert!(logprob < 0.0 && logprob > -200.0, "{logprob}");
+        let mean = r["mean_value_prob"].as_f64().unwrap();
+        assert!((mean - logprob.exp()).abs() < 1e-9, "{r}");
         let accuracy = r["accuracy"].as_f64().unwrap();
         assert!(accuracy == 0.0 || accuracy == 1.0);
         assert_eq!(

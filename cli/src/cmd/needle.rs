@@ -13,7 +13,7 @@ use crate::eval::configs::{
     parse_configs, parse_fractions, parse_sizes, size_label, DEFAULT_CONFIGS,
 };
 use crate::eval::corpus;
-use crate::eval::needle::{ask, draw_trials, grid, ConfigResult};
+use crate::eval::needle::{ask, draw_trials, grid, ConfigResult, CORPUS_TOKENS};
 use crate::eval::plot::heat_map;
 use crate::eval::setup::{write_json, EvalModelArgs};
 
@@ -75,9 +75,8 @@ pub fn run(args: NeedleArgs) -> Result<()> {
     let model_path = args.model.path()?;
     let loaded = args.model.load()?;
     let text = corpus::read(&text_path)?;
-    // Passages come from the first 8 haystacks' worth of the text (at least 32k tokens).
-    let longest = lengths.iter().copied().max().unwrap_or(0);
-    let corpus = corpus::prefix_tokens(&loaded.tokenizer, &text.content, (longest * 8).max(32768))?;
+    // Passages come from a fixed prefix of the text, whatever the grid (see CORPUS_TOKENS).
+    let corpus = corpus::prefix_tokens(&loaded.tokenizer, &text.content, CORPUS_TOKENS)?;
     let trials = draw_trials(
         &lengths,
         &depths,
@@ -99,20 +98,23 @@ pub fn run(args: NeedleArgs) -> Result<()> {
         for trial in &trials {
             let o = ask(&loaded, &corpus, trial, config, args.chunk, args.max_tokens)?;
             eprintln!(
-                "  {config} · {} at {:.0}%: {} ({:?}, wanted {})",
+                "  {config} · {} at {:.0}%: {} ({:?}, wanted {}, p {:.3})",
                 size_label(trial.length),
                 trial.depth * 100.0,
                 if o.correct { "ok" } else { "miss" },
                 o.answer,
-                trial.value
+                trial.value,
+                o.value_logprob.exp()
             );
             outcomes.push(o);
         }
         let correct = outcomes.iter().filter(|o| o.correct).count();
+        let asked = outcomes.len().max(1) as f64;
         results.push(ConfigResult {
             config: config.to_string(),
             cache: *config,
-            accuracy: correct as f64 / outcomes.len().max(1) as f64,
+            accuracy: correct as f64 / asked,
+            mean_value_prob: outcomes.iter().map(|o| o.value_logprob.exp()).sum::<f64>() / asked,
             grid: grid(&outcomes, &lengths, &depths),
             outcomes,
             seconds: began.elapsed().as_secs_f64(),
@@ -168,9 +170,10 @@ pub fn run(args: NeedleArgs) -> Result<()> {
 fn print_table(results: &[ConfigResult], lengths: &[usize], depths: &[f64]) {
     for r in results {
         println!(
-            "\n{}: accuracy {:.0}% ({:.0} s)",
+            "\n{}: accuracy {:.0}%, mean probability of the code {:.3} ({:.0} s)",
             r.config,
             r.accuracy * 100.0,
+            r.mean_value_prob,
             r.seconds
         );
         let header: Vec<String> = lengths

@@ -6,12 +6,15 @@
 //! it, SmolLM2-135M retrieves a 4-digit number at full precision, which it does not for a
 //! passphrase of words (see issue 8). Every trial is drawn from a fixed seed before any
 //! configuration runs, so all configurations answer the same questions on the same text.
+//! Each question depends only on the seed, its cell and its number within the cell, so a
+//! cell asked alone (`--lengths 4k --depths 0.5`) gets the same question as in the whole
+//! grid, and `--trials 3` asks the `--trials 1` questions plus two more per cell.
 
 use anyhow::{bail, Result};
 use kivi_engine::cache::CacheConfig;
-use kivi_engine::eval::{decode_step, greedy_token, prefill};
+use kivi_engine::eval::{decode_step, forced_log_probs, greedy_token, prefill};
 use kivi_engine::loader::LoadedModel;
-use kivi_engine::tokenizer::{Message, Role};
+use kivi_engine::tokenizer::{Message, Role, Tokenizer};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +50,11 @@ pub struct Outcome {
     pub answer: String,
     /// Whether the first number in the answer is the value.
     pub correct: bool,
+    /// Natural log of the probability the model gives the value's tokens after the
+    /// lead-in "The secret code for <word> is", the answer forced. Exact match is all or
+    /// nothing; this shows how sure the model was, so two caches can be compared on the
+    /// same question even where both answer right (or both wrong).
+    pub value_logprob: f64,
 }
 
 /// One configuration's results.
@@ -58,6 +66,9 @@ pub struct ConfigResult {
     pub cache: CacheConfig,
     /// Fraction of trials answered exactly.
     pub accuracy: f64,
+    /// Mean over trials of the probability of the value, forced (see
+    /// [`Outcome::value_logprob`]).
+    pub mean_value_prob: f64,
     /// Accuracy per depth (rows) and length (columns).
     pub grid: Vec<Vec<f64>>,
     /// Every trial.
@@ -65,6 +76,10 @@ pub struct ConfigResult {
     /// Wall time.
     pub seconds: f64,
 }
+
+/// Tokens of the corpus the passages are cut from. Fixed, not sized from the grid, so that
+/// a question does not depend on which other cells are asked.
+pub const CORPUS_TOKENS: usize = 65536;
 
 /// Draws the trials: `trials` per (length, depth) cell, each with its own fact and its
 /// own passage of the corpus (`corpus_tokens` long).
@@ -75,14 +90,14 @@ pub fn draw_trials(
     corpus_tokens: usize,
     seed: u64,
 ) -> Result<Vec<Trial>> {
-    let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::new();
     for &length in lengths {
         if length > corpus_tokens {
             bail!("a haystack of {length} tokens is longer than the corpus ({corpus_tokens})");
         }
         for &depth in depths {
-            for _ in 0..trials {
+            for index in 0..trials {
+                let mut rng = StdRng::seed_from_u64(cell_seed(seed, length, depth, index));
                 out.push(Trial {
                     length,
                     depth,
@@ -94,6 +109,20 @@ pub fn draw_trials(
         }
     }
     Ok(out)
+}
+
+/// One question's own seed: the run's seed mixed with its cell and number (SplitMix64's
+/// finalizer after each part, so nearby cells get unrelated streams).
+fn cell_seed(seed: u64, length: usize, depth: f64, index: usize) -> u64 {
+    let mix = |h: u64, part: u64| {
+        let mut z = (h ^ part).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    [length as u64, depth.to_bits(), index as u64]
+        .into_iter()
+        .fold(mix(0, seed), mix)
 }
 
 /// The user message of a trial: question, document with the fact inside, question again.
@@ -153,7 +182,13 @@ pub fn ask(
     // The template writes the special tokens itself.
     let prompt = tokenizer.encode(&text, false)?;
     let mut caches = config.make_layers(loaded.model.config().num_layers);
-    let mut logits = prefill(&loaded.model, &mut caches, &prompt, chunk)?;
+    let prompt_logits = prefill(&loaded.model, &mut caches, &prompt, chunk)?;
+    // The prompt's cache, to score the forced answer on after the greedy one.
+    let prompt_states = caches
+        .iter()
+        .map(|c| c.state())
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut logits = prompt_logits.clone();
     let mut answer_ids = Vec::new();
     for _ in 0..max_tokens {
         let token = greedy_token(&logits)?;
@@ -164,12 +199,33 @@ pub fn ask(
         logits = decode_step(&loaded.model, &mut caches, token)?;
     }
     let answer = tokenizer.decode(&answer_ids, true)?.trim().to_string();
+    for (cache, state) in caches.iter_mut().zip(prompt_states) {
+        cache.restore(state)?;
+    }
+    let (forced, value_at) = forced_answer(tokenizer, trial)?;
+    let log_probs = forced_log_probs(&loaded.model, &mut caches, prompt_logits, &forced)?;
+    let value_logprob = log_probs[value_at..].iter().map(|&x| f64::from(x)).sum();
     Ok(Outcome {
         correct: matches(&answer, &trial.value),
         trial: trial.clone(),
         prompt_tokens: prompt.len(),
         answer,
+        value_logprob,
     })
+}
+
+/// The forced answer "The secret code for <word> is <value>" as tokens, and the index of
+/// the value's first token in it.
+fn forced_answer(tokenizer: &Tokenizer, trial: &Trial) -> Result<(Vec<u32>, usize)> {
+    let lead_in = format!("The secret code for {} is", trial.word);
+    let lead_ids = tokenizer.encode(&lead_in, false)?;
+    let ids = tokenizer.encode(&format!("{lead_in} {}", trial.value), false)?;
+    // The value is what follows the lead-in's tokens; a tokenizer that merged across the
+    // boundary would leave that undefined.
+    if !ids.starts_with(&lead_ids) || ids.len() == lead_ids.len() {
+        bail!("{lead_in:?} does not tokenize as a prefix of the forced answer");
+    }
+    Ok((ids, lead_ids.len()))
 }
 
 /// Accuracy per (depth, length) cell.
@@ -235,5 +291,29 @@ mod tests {
             .iter()
             .all(|t| t.value.len() == 4 && t.offset + t.length <= 1000));
         assert!(draw_trials(&[2000], &[0.0], 1, 1000, 7).is_err());
+    }
+
+    #[test]
+    fn a_question_depends_only_on_its_cell_and_number() {
+        let grid = draw_trials(&[100, 200], &[0.0, 0.5, 1.0], 3, 1000, 7).unwrap();
+        let alone = draw_trials(&[200], &[0.5], 1, 1000, 7).unwrap();
+        let same = |a: &Trial, b: &Trial| {
+            (a.length, a.depth, &a.word, &a.value, a.offset)
+                == (b.length, b.depth, &b.word, &b.value, b.offset)
+        };
+        // The first question of cell (200, 0.5) in the grid is the one asked alone.
+        let first = grid
+            .iter()
+            .find(|t| t.length == 200 && t.depth == 0.5)
+            .unwrap();
+        assert!(same(first, &alone[0]));
+        // The questions of a cell differ from one another, and another seed changes them.
+        let cell: Vec<&Trial> = grid
+            .iter()
+            .filter(|t| t.length == 200 && t.depth == 0.5)
+            .collect();
+        assert!(!same(cell[0], cell[1]) && !same(cell[1], cell[2]));
+        let other = draw_trials(&[200], &[0.5], 1, 1000, 8).unwrap();
+        assert!(!same(&alone[0], &other[0]));
     }
 }

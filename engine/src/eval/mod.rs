@@ -6,5 +6,5 @@
 mod feed;
 mod nll;
 
-pub use feed::{decode_step, greedy_token, prefill};
+pub use feed::{decode_step, forced_log_probs, greedy_token, prefill};
 pub use nll::window_nll;
