@@ -13,7 +13,7 @@ use crate::eval::configs::{
     parse_configs, parse_fractions, parse_sizes, size_label, DEFAULT_CONFIGS,
 };
 use crate::eval::corpus;
-use crate::eval::needle::{ask, draw_trials, grid, ConfigResult, CORPUS_TOKENS};
+use crate::eval::needle::{ask, draw_trials, grid, paired, ConfigResult, CORPUS_TOKENS};
 use crate::eval::plot::heat_map;
 use crate::eval::setup::{write_json, EvalModelArgs};
 
@@ -184,6 +184,23 @@ fn print_table(results: &[ConfigResult], lengths: &[usize], depths: &[f64]) {
         for (d, row) in depths.iter().zip(&r.grid) {
             let cells: Vec<String> = row.iter().map(|v| format!("{v:>6.2}")).collect();
             println!("{:>5.0}% {}", d * 100.0, cells.join(""));
+        }
+        // Twenty exact-match answers cannot tell two caches apart; the same questions side
+        // by side, and the code's probability, can.
+        if let Some(first) = results.first().filter(|f| f.config != r.config) {
+            let p = paired(&first.outcomes, &r.outcomes);
+            println!(
+                "versus {}: both right {}, lost {}, gained {}, word for word {} of {}; log-probability \
+                 of the code {:+.3} ± {:.3}",
+                first.config,
+                p.both_right,
+                p.lost,
+                p.gained,
+                p.identical,
+                r.outcomes.len(),
+                p.mean_logprob_change,
+                p.standard_error
+            );
         }
     }
 }

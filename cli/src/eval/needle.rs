@@ -228,6 +228,45 @@ fn forced_answer(tokenizer: &Tokenizer, trial: &Trial) -> Result<(Vec<u32>, usiz
     Ok((ids, lead_ids.len()))
 }
 
+/// How a configuration answered the same questions as a baseline (the first one asked).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Paired {
+    /// Questions both answered exactly.
+    pub both_right: usize,
+    /// Questions only the baseline answered.
+    pub lost: usize,
+    /// Questions only this configuration answered.
+    pub gained: usize,
+    /// Questions answered word for word as the baseline did.
+    pub identical: usize,
+    /// Mean change of the code's log-probability (forced answer) from the baseline's.
+    pub mean_logprob_change: f64,
+    /// Its standard error over the questions.
+    pub standard_error: f64,
+}
+
+/// Compares `outcomes` with the `baseline`'s, question by question (same order).
+pub fn paired(baseline: &[Outcome], outcomes: &[Outcome]) -> Paired {
+    let pairs: Vec<(&Outcome, &Outcome)> = baseline.iter().zip(outcomes).collect();
+    let count =
+        |f: &dyn Fn(&Outcome, &Outcome) -> bool| pairs.iter().filter(|(b, o)| f(b, o)).count();
+    let changes: Vec<f64> = pairs
+        .iter()
+        .map(|(b, o)| o.value_logprob - b.value_logprob)
+        .collect();
+    let n = changes.len() as f64;
+    let mean = changes.iter().sum::<f64>() / n.max(1.0);
+    let variance = changes.iter().map(|c| (c - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0);
+    Paired {
+        both_right: count(&|b, o| b.correct && o.correct),
+        lost: count(&|b, o| b.correct && !o.correct),
+        gained: count(&|b, o| !b.correct && o.correct),
+        identical: count(&|b, o| b.answer == o.answer),
+        mean_logprob_change: mean,
+        standard_error: (variance / n.max(1.0)).sqrt(),
+    }
+}
+
 /// Accuracy per (depth, length) cell.
 pub fn grid(outcomes: &[Outcome], lengths: &[usize], depths: &[f64]) -> Vec<Vec<f64>> {
     depths
@@ -267,6 +306,35 @@ mod tests {
             insert_at_depth(text, "X.", 0.3),
             "One. Two two. X. Three three three."
         );
+    }
+
+    #[test]
+    fn pairs_count_flips_both_ways_and_average_the_change() {
+        let trial = draw_trials(&[100], &[0.0], 1, 1000, 7).unwrap().remove(0);
+        let outcome = |answer: &str, correct, value_logprob| Outcome {
+            trial: trial.clone(),
+            prompt_tokens: 10,
+            answer: answer.into(),
+            correct,
+            value_logprob,
+        };
+        let base = [
+            outcome("1", true, -1.0),
+            outcome("2", true, -2.0),
+            outcome("x", false, -3.0),
+        ];
+        let other = [
+            outcome("1", true, -1.5),
+            outcome("y", false, -2.0),
+            outcome("3", true, -2.0),
+        ];
+        let p = paired(&base, &other);
+        assert_eq!((p.both_right, p.lost, p.gained, p.identical), (1, 1, 1, 1));
+        // Changes -0.5, 0, +1: mean 1/6, sample variance 0.5833, standard error 0.441.
+        assert!((p.mean_logprob_change - 1.0 / 6.0).abs() < 1e-12);
+        assert!((p.standard_error - (0.583_333_333_333_333_4f64 / 3.0).sqrt()).abs() < 1e-9);
+        assert_eq!(paired(&base, &base).identical, 3);
+        assert_eq!(paired(&base, &base).mean_logprob_change, 0.0);
     }
 
     #[test]
