@@ -47,6 +47,9 @@ fn crash_child() {
                     None,
                 )
                 .unwrap();
+            // The parent waits for at least one whole pair before it kills: under load
+            // the streaming writer could otherwise take all 500 saves first.
+            println!("BUSY {}", i + 1);
         }
     });
 
@@ -91,7 +94,9 @@ fn a_killed_writer_leaves_history_intact_and_the_answer_interrupted() {
     });
     let mut ids = None;
     let mut saved = 0usize;
-    while saved < 500 {
+    let mut busy_pairs = 0usize;
+    while saved < 500 || busy_pairs == 0 {
+        assert!(saved < 100_000, "the busy writer never committed a pair");
         let line = rx
             .recv_timeout(Duration::from_secs(60))
             .expect("the writer stopped reporting");
@@ -101,6 +106,8 @@ fn a_killed_writer_leaves_history_intact_and_the_answer_interrupted() {
             ids = Some((chat.to_string(), answer.to_string()));
         } else if let Some((_, n)) = line.split_once("SAVED ") {
             saved = n.parse().unwrap();
+        } else if let Some((_, n)) = line.split_once("BUSY ") {
+            busy_pairs = n.parse().unwrap();
         }
     }
     // SIGKILL on Unix (TerminateProcess on Windows): no destructor, no checkpoint runs.
