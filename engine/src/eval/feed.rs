@@ -8,6 +8,8 @@ use crate::error::ModelError;
 use crate::model::Llama;
 use crate::sampling::argmax;
 
+use super::nll::target_log_probs;
+
 /// Runs `tokens` through the model after what `caches` hold, `chunk` tokens per step,
 /// and returns the logits of the last token (`[vocab]`, evaluated).
 ///
@@ -68,43 +70,10 @@ pub fn forced_log_probs(
 ) -> Result<Vec<f32>, ModelError> {
     let mut out = Vec::with_capacity(tokens.len());
     for (i, &token) in tokens.iter().enumerate() {
-        let row = logits.as_dtype(Dtype::Float32)?;
-        row.eval()?;
-        out.push(log_prob(row.as_slice::<f32>(), token).ok_or_else(|| {
-            ModelError::Input(format!("token {token} is outside the vocabulary"))
-        })?);
+        out.extend(target_log_probs(&logits, &[token])?);
         if i + 1 < tokens.len() {
             logits = decode_step(model, caches, token)?;
         }
     }
     Ok(out)
-}
-
-/// Natural log of the softmax probability of `token` in `logits`, summed in f64 so that
-/// a 49k-entry vocabulary does not lose the small terms.
-fn log_prob(logits: &[f32], token: u32) -> Option<f32> {
-    let picked = *logits.get(token as usize)? as f64;
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
-    Some((picked - max - sum.ln()) as f32)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::log_prob;
-
-    #[test]
-    fn log_probs_are_a_normalized_log_softmax() {
-        let logits = [1.0f32, 2.0, 3.0, -40.0];
-        let total: f64 = (0..4)
-            .map(|t| (log_prob(&logits, t).unwrap() as f64).exp())
-            .sum();
-        assert!((total - 1.0).abs() < 1e-6, "{total}");
-        let expected = 3.0 - (1f64.exp() + 2f64.exp() + 3f64.exp() + (-40f64).exp()).ln();
-        assert!((log_prob(&logits, 2).unwrap() as f64 - expected).abs() < 1e-6);
-        // Shifting every logit changes nothing.
-        let shifted = logits.map(|x| x + 1000.0);
-        assert!((log_prob(&shifted, 0).unwrap() - log_prob(&logits, 0).unwrap()).abs() < 1e-4);
-        assert_eq!(log_prob(&logits, 4), None);
-    }
 }

@@ -42,15 +42,50 @@ pub fn window_nll(
             continue;
         }
         let rows = hidden.index((.., (lo - start) as i32..(hi - start) as i32, ..));
-        let logits = model.logits(&rows)?.as_dtype(Dtype::Float32)?;
-        let n = (hi - lo) as i32;
-        let targets: Vec<i32> = window[lo + 1..hi + 1].iter().map(|&t| t as i32).collect();
-        let targets = Array::from_slice(&targets, &[1, n, 1]);
-        let picked = logits.take_along_axis(&targets, -1)?.reshape(&[n])?;
-        let lse = logits.logsumexp_axis(-1, false)?.reshape(&[n])?;
-        let values = lse.subtract(&picked)?;
-        values.eval()?;
-        nll.extend_from_slice(values.as_slice::<f32>());
+        let logits = model.logits(&rows)?;
+        let log_probs = target_log_probs(&logits, &window[lo + 1..hi + 1])?;
+        nll.extend(log_probs.into_iter().map(|lp| -lp));
     }
     Ok(nll)
+}
+
+/// Log-probabilities (natural log) of `targets[i]` under the `i`-th row of `logits`
+/// (`[.., n, vocab]` with `n = targets.len()` rows), computed in float32.
+pub(crate) fn target_log_probs(logits: &Array, targets: &[u32]) -> Result<Vec<f32>, ModelError> {
+    let n = targets.len() as i32;
+    let vocab = logits.shape().last().copied().unwrap_or(0);
+    if targets.iter().any(|&t| t as i64 >= i64::from(vocab)) {
+        return Err(ModelError::Input(format!(
+            "a target is outside the vocabulary of {vocab} tokens"
+        )));
+    }
+    let logits = logits.as_dtype(Dtype::Float32)?.reshape(&[1, n, vocab])?;
+    let ids: Vec<i32> = targets.iter().map(|&t| t as i32).collect();
+    let ids = Array::from_slice(&ids, &[1, n, 1]);
+    let picked = logits.take_along_axis(&ids, -1)?.reshape(&[n])?;
+    let lse = logits.logsumexp_axis(-1, false)?.reshape(&[n])?;
+    let values = picked.subtract(&lse)?;
+    values.eval()?;
+    Ok(values.as_slice::<f32>().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_log_probs_are_a_normalized_log_softmax() {
+        let rows = [1.0f32, 2.0, 3.0, -40.0, 0.5, 0.5, 0.5, 1000.0];
+        let logits = Array::from_slice(&rows, &[2, 4]);
+        let lp = target_log_probs(&logits, &[2, 3]).unwrap();
+        let expected = 3.0 - (1f64.exp() + 2f64.exp() + 3f64.exp() + (-40f64).exp()).ln();
+        assert!((f64::from(lp[0]) - expected).abs() < 1e-5, "{lp:?}");
+        // A row dominated by one logit gives it probability 1.
+        assert!(lp[1].abs() < 1e-5, "{lp:?}");
+        let total: f64 = (0..4)
+            .map(|t| f64::from(target_log_probs(&logits.index(0), &[t]).unwrap()[0]).exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-5, "{total}");
+        assert!(target_log_probs(&logits, &[4, 0]).is_err());
+    }
 }
