@@ -75,8 +75,15 @@ describe("chat", () => {
     await page.keyboard.press("Control+n");
     await page.waitForFunction(() => document.querySelectorAll('[data-testid="chat-item"]').length === 3);
     expect(await page.locator(tid("chat-heading")).textContent()).toBe("New chat");
+    // A new chat focuses its composer once its view has loaded; wait for that, or the
+    // composer may take the focus back from the search box that Ctrl+K gives it.
+    await page.waitForFunction(
+      () => document.activeElement?.getAttribute("data-testid") === "composer-input",
+    );
     await page.keyboard.press("Control+k");
-    expect(await page.evaluate(() => document.activeElement?.getAttribute("data-testid"))).toBe("chat-search");
+    await page.waitForFunction(
+      () => document.activeElement?.getAttribute("data-testid") === "chat-search",
+    );
     await page.keyboard.press("Control+,");
     await page.locator(tid("settings-view")).waitFor();
   });
