@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export KIVI_MODEL ?= $(CURDIR)/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: run test setup ui app cli lint test-rust test-ui test-app test-window fuzz clean
+.PHONY: run test setup ui app cli lint test-rust test-mac test-ui test-app test-window fuzz gpu-check clean
 
 ## run: set up, build and start the desktop app on the offline default model
 run: setup app
@@ -32,6 +32,9 @@ lint:
 test-rust:
 	scripts/test.sh rust
 
+test-mac:
+	scripts/test.sh mac
+
 test-ui:
 	scripts/test.sh ui
 
@@ -41,6 +44,10 @@ test-app:
 ## fuzz: each fuzz target for 10 minutes
 fuzz:
 	scripts/fuzz.sh 600
+
+## gpu-check: build and pack the Mac path's tests for an NVIDIA GPU (scripts/gpu-check.sh)
+gpu-check:
+	scripts/gpu-check.sh prepare
 
 clean:
 	cargo clean

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test suite. `make test` runs every stage after set-up; a stage can be run alone:
-#   scripts/test.sh [setup] [lint] [rust] [fuzz] [ui] [app]
+#   scripts/test.sh [setup] [lint] [rust] [mac] [fuzz] [ui] [app]
 # Artifacts (screenshots, logs) land in artifacts/.
 set -euo pipefail
 
@@ -23,8 +23,9 @@ stage_setup() {
 }
 
 stage_lint() {
-  stage "lint: cargo fmt, clippy"
+  stage "lint: cargo fmt, clippy, import circles"
   cargo fmt --all -- --check
+  python3 scripts/import_cycles.py kernels/src engine/src cli/src
   # The app embeds ui/dist at compile time.
   [ -f ui/dist/index.html ] || (cd ui && npm run build)
   cargo clippy --workspace --all-targets -- -D warnings
@@ -36,6 +37,17 @@ stage_rust() {
   # KIVI_FUZZ_SEEDS: engine/tests/reliability_fuzz_seeds.rs also writes the fuzz corpus's
   # seeds from real files there, for the fuzz stage.
   KIVI_FUZZ_SEEDS="$ROOT/fuzz/corpus" cargo test --workspace --no-fail-fast
+}
+
+stage_mac() {
+  stage "mac: the Mac's configuration (MLX's operations, float16 compute and storage) on the CPU"
+  # The same tests scripts/gpu-check.sh runs on a GPU: the tiny models against mlx-lm,
+  # SmolLM2 against the float32 host backend (mac_path.rs), and the KIVI cache against the
+  # reference quantizer bit for bit with float16 storage. Debug builds: the GPU-stream
+  # guard (engine/src/gpu_rules.rs) checks every array the model makes.
+  KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --test tiny_models --test mac_path
+  KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --lib -- \
+    the_quantized_history_is_the_reference_quantizer_bit_for_bit
 }
 
 stage_fuzz() {
@@ -57,16 +69,17 @@ stage_app() {
 }
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(setup lint rust fuzz ui app)
+[ ${#stages[@]} -gt 0 ] || stages=(setup lint rust mac fuzz ui app)
 for s in "${stages[@]}"; do
   case "$s" in
     setup) stage_setup ;;
     lint) stage_lint ;;
     rust) stage_rust ;;
+    mac) stage_mac ;;
     fuzz) stage_fuzz ;;
     ui) stage_ui ;;
     app) stage_app ;;
-    *) echo "unknown stage '$s' (setup lint rust fuzz ui app)" >&2; exit 2 ;;
+    *) echo "unknown stage '$s' (setup lint rust mac fuzz ui app)" >&2; exit 2 ;;
   esac
 done
 stage "all requested stages passed: ${stages[*]}"

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
+use kivi_engine::backend::Backend;
 use kivi_engine::cache::{CacheConfig, KiviConfig};
 use kivi_engine::sampling::SamplingParams;
 use kivi_engine::session::{Document, EngineOptions, ModelSource};
@@ -27,6 +28,11 @@ pub struct ModelArgs {
     /// Default: the offline SmolLM2 under .data/models of this repository.
     #[arg(long, short, env = "KIVI_MODEL")]
     pub model: Option<String>,
+    /// Where and how the model runs: host (the CPU kernels, float32), mlx-cpu or mlx-gpu,
+    /// optionally with -f32, -f16 or -bf16 (mlx-gpu-f16 is a Mac's). Default: KIVI_BACKEND,
+    /// else the platform's (mlx-gpu-f16 on Apple silicon, host elsewhere).
+    #[arg(long)]
+    pub backend: Option<Backend>,
     /// Context window in tokens (default: the model's).
     #[arg(long)]
     pub context: Option<usize>,
@@ -62,6 +68,11 @@ impl ModelArgs {
         })
     }
 
+    /// The backend the flags (or `KIVI_BACKEND`, or the platform) choose.
+    pub fn backend(&self) -> Result<Backend> {
+        chosen(self.backend)
+    }
+
     /// Engine options from the flags.
     pub fn engine_options(&self) -> Result<EngineOptions> {
         let source = self.source()?;
@@ -73,6 +84,7 @@ impl ModelArgs {
         options.cache = self.cache()?;
         options.context_length = self.context;
         options.prefill_chunk = self.prefill_chunk;
+        options.backend = Some(self.backend()?);
         Ok(options)
     }
 
@@ -96,6 +108,14 @@ impl ModelArgs {
         bail!(
             "model {model:?} is neither an existing file or folder nor a hub repo id (owner/name)"
         )
+    }
+}
+
+/// `flag`, or else the backend `KIVI_BACKEND` or the platform chooses.
+pub fn chosen(flag: Option<Backend>) -> Result<Backend> {
+    match flag {
+        Some(backend) => Ok(backend),
+        None => Backend::chosen().context("KIVI_BACKEND names no backend"),
     }
 }
 

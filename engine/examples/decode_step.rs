@@ -8,10 +8,8 @@
 //! Prints the median and minimum step (forward + last logits, evaluated) per
 //! configuration and each median's ratio to the first configuration's.
 //! `DECODE_STEP_ROUNDS` (default 5) rounds of `DECODE_STEP_STEPS` (default 8) steps;
-//! `DECODE_STEP_PATHS=host,mlx` runs every configuration both on the host step and on the
-//! MLX path (default: `host`, or `mlx` where host steps are unavailable);
-//! `DECODE_STEP_WINDOWS=host,mlx` runs every KIVI configuration both with its residual
-//! window appended on the host and through MLX operations (default: `host`).
+//! `DECODE_STEP_BACKENDS=host,mlx-cpu-f32` runs every configuration on each backend (the
+//! model loaded once per backend; default: the platform's).
 //!
 //! Configurations sharing one process are not independent: at 8192 tokens the full cache
 //! steps at 11.6 tokens/s alone and at 9.5 beside a K4V4 configuration (K4V4: 13.1
@@ -27,7 +25,8 @@ use std::{
 };
 
 use kivi_engine::{
-    cache::{CacheConfig, CacheError, KiviCache, KvCache, LayerKvStats},
+    backend::Backend,
+    cache::{CacheConfig, CacheError, KvCache, LayerKvStats},
     loader::load_local,
 };
 use mlx_rs::{random, transforms::eval, Array};
@@ -67,7 +66,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: the first statement of main: no other thread exists yet.
-    unsafe { kivi_engine::device::openblas::select_core() };
+    unsafe { kivi_engine::backend::openblas::select_core() };
     let mut args = std::env::args().skip(1);
     let model = args
         .next()
@@ -83,49 +82,33 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds = env_usize("DECODE_STEP_ROUNDS", 5);
     let steps = env_usize("DECODE_STEP_STEPS", 8);
 
-    let choice = |name: &str| -> Vec<bool> {
-        std::env::var(name)
-            .unwrap_or_else(|_| "host".into())
-            .split(',')
-            .map(|p| p.trim() == "host")
-            .collect()
+    let backends: Vec<Backend> = match std::env::var("DECODE_STEP_BACKENDS") {
+        Ok(list) => list.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        Err(_) => vec![Backend::chosen()?],
     };
-    let (paths, windows) = (choice("DECODE_STEP_PATHS"), choice("DECODE_STEP_WINDOWS"));
-    let mut loaded = load_local(&model)?;
-    let c = loaded.model.config().clone();
-    let shape = [1, c.num_kv_heads as i32, 512, c.head_dim as i32];
-    // (configuration, host steps, host window); the window choice only for KIVI.
-    let variants: Vec<(CacheConfig, bool, bool)> = configs
+    let models = backends
         .iter()
-        .flat_map(|config| {
-            let windows = match config {
-                CacheConfig::Full => &[true][..],
-                CacheConfig::Kivi(_) => &windows[..],
-            };
-            paths
-                .iter()
-                .flat_map(move |&host| windows.iter().map(move |&w| (*config, host, w)))
-        })
+        .map(|&b| load_local(&model, b))
+        .collect::<Result<Vec<_>, _>>()?;
+    let c = models[0].model.config().clone();
+    let shape = [1, c.num_kv_heads as i32, 512, c.head_dim as i32];
+    // (configuration, the model of one backend).
+    let variants: Vec<(CacheConfig, usize)> = configs
+        .iter()
+        .flat_map(|config| (0..models.len()).map(move |m| (*config, m)))
         .collect();
     let mut caches: Vec<_> = variants
         .iter()
-        .map(|&(config, _, window)| {
-            let mut layers: Vec<Box<dyn KvCache>> = match config {
-                CacheConfig::Kivi(kivi) => (0..c.num_layers)
-                    .map(|_| {
-                        let mut cache = KiviCache::new(kivi);
-                        cache.set_host_window(window);
-                        Box::new(cache) as Box<dyn KvCache>
-                    })
-                    .collect(),
-                CacheConfig::Full => config.make_layers(c.num_layers),
-            };
+        .map(|&(config, m)| {
+            let mut layers = config.make_layers(c.num_layers, models[m].model.backend());
             for cache in &mut layers {
                 let q_shape = [1, c.num_heads as i32, 512, c.head_dim as i32];
                 for _ in 0..context / 512 {
-                    let q = random::normal::<f32>(&q_shape, None, None, None)?;
-                    let k = random::normal::<f32>(&shape, None, None, None)?;
-                    let v = random::normal::<f32>(&shape, None, None, None)?;
+                    let dtype = models[m].model.backend().compute_dtype();
+                    let normal = |s: &[i32]| {
+                        random::normal::<f32>(s, None, None, None).and_then(|a| a.as_dtype(dtype))
+                    };
+                    let (q, k, v) = (normal(&q_shape)?, normal(&shape)?, normal(&shape)?);
                     eval([&cache.attend(&q, &k, &v, 0.125)?])?;
                 }
             }
@@ -148,7 +131,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One untimed step per configuration first (first-call allocations, code paging).
     for round in 0..=rounds {
         for (i, (layers, spent)) in caches.iter_mut().enumerate() {
-            loaded.model.set_host_steps(variants[i].1);
+            let loaded = &models[variants[i].1];
             for step in 0..steps {
                 *spent.lock().expect("not poisoned") = 0.0;
                 let began = Instant::now();
@@ -174,18 +157,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let medians: Vec<f64> = times.iter_mut().map(median).collect();
     let attention: Vec<f64> = attention.iter_mut().map(median).collect();
-    for ((((config, host, window), t), m), a) in
-        variants.iter().zip(&times).zip(&medians).zip(&attention)
+    for ((((config, model), t), m), a) in variants.iter().zip(&times).zip(&medians).zip(&attention)
     {
-        let on = loaded.model.set_host_steps(*host);
-        let window = match (config, window) {
-            (CacheConfig::Full, _) => "",
-            (_, true) => " window:host",
-            (_, false) => " window:mlx",
-        };
         println!(
             "{:<42} median {:7.2} ms  min {:7.2} ms  attention {:6.2} ms  {:5.1} tok/s  x{:.2} vs {}",
-            format!("{config} {}{window}", if on { "host" } else { "mlx" }),
+            format!("{config} {}", backends[*model]),
             m,
             t[0],
             a,

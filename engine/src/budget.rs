@@ -20,10 +20,8 @@
 
 use std::path::Path;
 
-use mlx_rs::Dtype;
-
+use crate::backend::Backend;
 use crate::cache::CacheConfig;
-use crate::device::compute_dtype;
 use crate::error::LoadError;
 use crate::gguf::{GgufHeader, Metadata};
 use crate::hub::MemoryEstimate;
@@ -82,7 +80,7 @@ pub struct KvShape {
 /// Bytes of one model's KV caches holding `tokens` positions, for a model computing in
 /// `dtype_bytes`-byte floats: a full cache holds keys and values in the compute dtype; a
 /// KIVI cache holds its scales, zeros and residual window in 16 bits
-/// ([`crate::cache::storage_dtype`]).
+/// ([`Backend::storage_dtype`]).
 pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_bytes: u64) -> u64 {
     let (t, d) = (tokens as u64, shape.head_dim as u64);
     let per_head = match cache {
@@ -104,24 +102,16 @@ pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_
     per_head * (shape.layers * shape.kv_heads) as u64
 }
 
-/// Bytes per element of the compute dtype.
-pub fn compute_bytes() -> u64 {
-    match compute_dtype() {
-        Dtype::Float16 | Dtype::Bfloat16 => 2,
-        Dtype::Float64 => 8,
-        _ => 4,
-    }
-}
-
-/// Estimates the memory the model at `path` needs with a KV cache for `context` tokens
-/// (`None`: the model's own context length; longer requests are clamped to it, the
-/// loader refuses them on its own).
+/// Estimates the memory the model at `path` needs on `backend` with a KV cache for
+/// `context` tokens (`None`: the model's own context length; longer requests are clamped
+/// to it, the loader refuses them on its own).
 pub fn estimate(
     path: &Path,
     context: Option<usize>,
     cache: &CacheConfig,
+    backend: &Backend,
 ) -> Result<MemoryNeed, LoadError> {
-    let dtype = compute_bytes();
+    let dtype = backend.precision().bytes();
     let (weights, shape, max_context) = match model_files(path)? {
         Files::Gguf(file) => {
             let header = crate::gguf::validate_file(&file)?;
@@ -167,9 +157,10 @@ pub fn check_fits(
     path: &Path,
     context: Option<usize>,
     cache: &CacheConfig,
+    backend: &Backend,
     available: Option<u64>,
 ) -> Result<MemoryNeed, LoadError> {
-    let need = estimate(path, context, cache)?;
+    let need = estimate(path, context, cache, backend)?;
     let available = available.unwrap_or_else(available_memory);
     if need.total() > available {
         return Err(LoadError::InsufficientMemory {

@@ -88,6 +88,12 @@ pub enum LoadError {
     /// An MLX operation failed while preparing the weights.
     #[error("MLX error while loading: {0}")]
     Mlx(#[from] mlx_rs::error::Exception),
+    /// The backend cannot run here.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    /// A weight that a GPU stream would refuse (see [`crate::gpu_rules`]).
+    #[error(transparent)]
+    GpuRule(#[from] crate::gpu_rules::GpuRuleError),
 }
 
 /// An error while running the model.
@@ -102,7 +108,10 @@ pub enum ModelError {
     /// The caller passed inputs the model cannot take.
     #[error("model input: {0}")]
     Input(String),
-    /// The one-token step on host memory could not read a weight (see `model::host`).
+    /// A step on host memory could not read a weight or an array.
     #[error("host decode step: {0}")]
     Host(String),
+    /// An array that a GPU stream would refuse (see [`crate::gpu_rules`]).
+    #[error(transparent)]
+    GpuRule(#[from] crate::gpu_rules::GpuRuleError),
 }

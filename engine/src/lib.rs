@@ -1,12 +1,13 @@
 //! The KIVI Chat engine: everything below the user interface.
 
+pub mod backend;
 pub mod budget;
 pub mod cache;
-pub mod device;
 pub mod document;
 pub mod error;
 pub mod eval;
 pub mod gguf;
+pub mod gpu_rules;
 pub mod hub;
 pub mod loader;
 pub mod model;

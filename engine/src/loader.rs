@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::device::{compute_dtype, Device};
+use crate::backend::Backend;
 use crate::error::LoadError;
 use crate::model::{Llama, ModelConfig};
 use crate::tokenizer::Tokenizer;
@@ -34,10 +34,8 @@ pub struct ModelInfo {
     pub quantization: String,
     /// Hyper-parameters.
     pub config: ModelConfig,
-    /// Where the model runs.
-    pub device: Device,
-    /// Activation dtype.
-    pub compute_dtype: String,
+    /// Where and how the model runs.
+    pub backend: Backend,
 }
 
 /// A model ready to run, with its tokenizer.
@@ -51,10 +49,11 @@ pub struct LoadedModel {
 }
 
 /// Loads a `.gguf` file, a folder with `config.json` + safetensors, or a folder holding
-/// exactly one `.gguf` file.
-pub fn load_local(path: &Path) -> Result<LoadedModel, LoadError> {
+/// exactly one `.gguf` file, to run on `backend` (which becomes MLX's default device).
+pub fn load_local(path: &Path, backend: Backend) -> Result<LoadedModel, LoadError> {
+    backend.activate()?;
     if path.is_file() {
-        return load_gguf(path);
+        return load_gguf(path, backend);
     }
     if !path.is_dir() {
         return Err(LoadError::Missing {
@@ -64,7 +63,7 @@ pub fn load_local(path: &Path) -> Result<LoadedModel, LoadError> {
         });
     }
     if path.join("config.json").is_file() {
-        return load_folder(path);
+        return load_folder(path, backend);
     }
     let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
         .map_err(|source| LoadError::Io {
@@ -75,7 +74,7 @@ pub fn load_local(path: &Path) -> Result<LoadedModel, LoadError> {
         .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
         .collect();
     match ggufs.as_slice() {
-        [one] => load_gguf(one),
+        [one] => load_gguf(one, backend),
         [] => Err(LoadError::Missing {
             what: "config.json or a .gguf file".into(),
             path: path.to_path_buf(),
@@ -95,38 +94,43 @@ fn name_of(path: &Path) -> String {
     )
 }
 
-fn info(path: &Path, format: WeightFormat, quantization: String, config: ModelConfig) -> ModelInfo {
+fn info(
+    path: &Path,
+    format: WeightFormat,
+    quantization: String,
+    config: ModelConfig,
+    backend: Backend,
+) -> ModelInfo {
     ModelInfo {
         name: name_of(path),
         path: path.to_path_buf(),
         format,
         quantization,
         config,
-        device: Device::current(),
-        compute_dtype: format!("{:?}", compute_dtype()).to_lowercase(),
+        backend,
     }
 }
 
-fn load_gguf(path: &Path) -> Result<LoadedModel, LoadError> {
+fn load_gguf(path: &Path, backend: Backend) -> Result<LoadedModel, LoadError> {
     let gguf = Gguf::open(path)?;
     let mut config = gguf.config()?;
     let tokenizer = Tokenizer::from_gguf(&gguf)?;
-    let mut weights = gguf.weights(&mut config)?;
+    let mut weights = gguf.weights(&mut config, backend)?;
     check_consistency(&config, &weights, &tokenizer)?;
     let model = Llama::load(config.clone(), &mut weights)?;
     let quantization = gguf.quantization_name()?;
     Ok(LoadedModel {
         model,
         tokenizer,
-        info: info(path, WeightFormat::Gguf, quantization, config),
+        info: info(path, WeightFormat::Gguf, quantization, config, backend),
     })
 }
 
-fn load_folder(dir: &Path) -> Result<LoadedModel, LoadError> {
+fn load_folder(dir: &Path, backend: Backend) -> Result<LoadedModel, LoadError> {
     let json = safetensors::read_json(&dir.join("config.json"))?;
     let config = ModelConfig::from_hf_json(&json)?;
     let tokenizer = Tokenizer::from_folder(dir)?;
-    let mut weights = safetensors::load_weights(dir, &json)?;
+    let mut weights = safetensors::load_weights(dir, &json, backend)?;
     check_consistency(&config, &weights, &tokenizer)?;
     let model = Llama::load(config.clone(), &mut weights)?;
     let quantization = match json.get("quantization") {
@@ -144,7 +148,13 @@ fn load_folder(dir: &Path) -> Result<LoadedModel, LoadError> {
     Ok(LoadedModel {
         model,
         tokenizer,
-        info: info(dir, WeightFormat::Safetensors, quantization, config),
+        info: info(
+            dir,
+            WeightFormat::Safetensors,
+            quantization,
+            config,
+            backend,
+        ),
     })
 }
 

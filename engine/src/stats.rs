@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use sysinfo::{Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
+use crate::backend::Backend;
 use crate::cache::{KvCache, LayerKvStats};
-use crate::device::Device;
 
 /// KV cache accounting summed over layers, plus each layer's own numbers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -148,8 +148,8 @@ pub struct Stats {
     pub kv: KvStats,
     /// Memory.
     pub memory: MemoryStats,
-    /// Where the model runs.
-    pub device: Device,
+    /// Where and how the model runs.
+    pub backend: Backend,
     /// The cache kind in use ("full" or "kivi k2v2 g32 r128").
     pub cache: String,
 }
@@ -162,8 +162,10 @@ mod tests {
 
     #[test]
     fn kv_stats_sum_real_cache_buffers() {
-        let mut caches: Vec<Box<dyn KvCache>> =
-            vec![Box::new(FullCache::new()), Box::new(FullCache::new())];
+        let mut caches: Vec<Box<dyn KvCache>> = vec![
+            Box::new(FullCache::new(Backend::HOST)),
+            Box::new(FullCache::new(Backend::HOST)),
+        ];
         let q = Array::zeros::<f32>(&[1, 2, 3, 4]).unwrap();
         let kv = Array::zeros::<f32>(&[1, 1, 3, 4]).unwrap();
         for c in caches.iter_mut() {

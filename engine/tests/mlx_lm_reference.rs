@@ -10,6 +10,7 @@ mod offline;
 
 use std::path::Path;
 
+use kivi_engine::backend::{Backend, Device, Precision};
 use kivi_engine::cache::{FullCache, KvCache};
 use kivi_engine::loader::{load_local, LoadedModel};
 use kivi_engine::sampling::SamplingParams;
@@ -34,15 +35,19 @@ fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
-fn caches(n: usize) -> Vec<Box<dyn KvCache>> {
+fn caches(n: usize, backend: Backend) -> Vec<Box<dyn KvCache>> {
     (0..n)
-        .map(|_| Box::new(FullCache::new()) as Box<dyn KvCache>)
+        .map(|_| Box::new(FullCache::new(backend)) as Box<dyn KvCache>)
         .collect()
 }
 
+/// Both float32 paths: the host kernels, and MLX's operations (the graph a Mac runs, on
+/// the CPU in float32, with MLX's full cache).
+const BACKENDS: [Backend; 2] = [Backend::HOST, Backend::mlx(Device::Cpu, Precision::F32)];
+
 /// Logits `[L][vocab]` of `tokens`, run in chunks of the given sizes.
 fn logits(loaded: &LoadedModel, tokens: &[u32], chunks: &[usize]) -> Vec<Vec<f32>> {
-    let mut caches = caches(loaded.model.config().num_layers);
+    let mut caches = caches(loaded.model.config().num_layers, *loaded.model.backend());
     let mut rows = Vec::new();
     let mut start = 0;
     for &len in chunks {
@@ -93,8 +98,14 @@ fn compare(rows: &[Vec<f32>], fixture: &Value) -> f32 {
 
 #[test]
 fn gguf_logits_match_mlx_lm_in_one_pass_and_in_chunks() {
+    for backend in BACKENDS {
+        gguf_logits_on(backend);
+    }
+}
+
+fn gguf_logits_on(backend: Backend) {
     let fixture = fixture();
-    let loaded = load_local(&offline::smollm2_path()).unwrap();
+    let loaded = load_local(&offline::smollm2_path(), backend).unwrap();
     let prompt = ids(&fixture["logits_prompt_ids"]);
     assert_eq!(
         loaded
@@ -104,21 +115,27 @@ fn gguf_logits_match_mlx_lm_in_one_pass_and_in_chunks() {
         prompt
     );
     let worst = compare(&logits(&loaded, &prompt, &[prompt.len()]), &fixture);
-    println!("one pass: largest logit difference {worst:e}");
+    println!("{backend}, one pass: largest logit difference {worst:e}");
     // Chunked prefill and single-token steps go through the cache and RoPE offsets.
     let worst = compare(&logits(&loaded, &prompt, &[4, 1, 5]), &fixture);
-    println!("chunks 4+1+5: largest logit difference {worst:e}");
+    println!("{backend}, chunks 4+1+5: largest logit difference {worst:e}");
 }
 
 #[test]
 fn long_prompt_in_chunks_matches_mlx_lm() {
-    // 600 tokens in chunks of 256: several chunks of history, and the dense matmul path
-    // the CPU takes for prefill chunks.
+    for backend in BACKENDS {
+        long_prompt_on(backend);
+    }
+}
+
+/// 600 tokens in chunks of 256: several chunks of history, and the dense matmul path the
+/// CPU takes for prefill chunks.
+fn long_prompt_on(backend: Backend) {
     let fixture = fixture();
-    let loaded = load_local(&offline::smollm2_path()).unwrap();
+    let loaded = load_local(&offline::smollm2_path(), backend).unwrap();
     let prompt = ids(&fixture["long_prompt_ids"]);
     assert_eq!(prompt.len(), 600);
-    let mut caches = caches(loaded.model.config().num_layers);
+    let mut caches = caches(loaded.model.config().num_layers, backend);
     let mut hidden = None;
     for chunk in prompt.chunks(256) {
         hidden = Some(loaded.model.forward(chunk, &mut caches).unwrap());
@@ -135,11 +152,11 @@ fn long_prompt_in_chunks_matches_mlx_lm() {
         worst = worst.max(diff);
         assert!(
             diff < TOLERANCE,
-            "token {id}: {} vs {want}",
+            "{backend}, token {id}: {} vs {want}",
             row[*id as usize]
         );
     }
-    println!("600 tokens in chunks: largest logit difference {worst:e}");
+    println!("{backend}, 600 tokens in chunks: largest logit difference {worst:e}");
 }
 
 #[tokio::test]
@@ -171,7 +188,7 @@ fn converted_mlx_folder_matches_the_gguf_and_mlx_lm() {
         .status()
         .expect("the project's .venv Python runs (scripts/setup.sh venv)");
     assert!(status.success(), "scripts/gguf_to_mlx.py failed");
-    let loaded = load_local(&dir).unwrap();
+    let loaded = load_local(&dir, Backend::HOST).unwrap();
     std::fs::remove_dir_all(&dir).ok();
     assert_eq!(loaded.info.quantization, "mlx 4-bit g32");
     assert!(!loaded.info.config.rope.traditional);

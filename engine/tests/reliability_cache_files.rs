@@ -8,6 +8,7 @@ mod reliability_common;
 
 use std::collections::BTreeMap;
 
+use kivi_engine::backend::Backend;
 use kivi_engine::cache::file::{
     from_bytes, load, read_header, resign, save, to_bytes, CacheFileError,
 };
@@ -25,7 +26,7 @@ fn kivi() -> CacheConfig {
 fn filled(config: &CacheConfig, tokens: usize) -> Vec<Box<dyn KvCache>> {
     (0..2)
         .map(|layer| {
-            let mut cache = config.make();
+            let mut cache = config.make(&Backend::HOST);
             let values: Vec<f32> = (0..tokens * 32)
                 .map(|i| ((i * 31 + layer * 7) % 97) as f32 / 97.0 - 0.5)
                 .collect();
@@ -42,6 +43,7 @@ fn file_bytes(config: &CacheConfig, tokens: usize) -> Vec<u8> {
     to_bytes(
         MODEL,
         config,
+        &Backend::HOST,
         caches.iter().map(|c| c.as_ref()),
         &BTreeMap::from([("document".to_string(), "notes.txt".to_string())]),
     )
@@ -56,7 +58,7 @@ fn with_metadata(bytes: &[u8], key: &str, value: &str) -> Vec<u8> {
 }
 
 fn refused(bytes: &[u8], config: &CacheConfig) -> CacheFileError {
-    let err = from_bytes(bytes, MODEL, config).unwrap_err();
+    let err = from_bytes(bytes, MODEL, config, &Backend::HOST).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("prefill") || msg.contains("switch the cache settings"),
@@ -70,7 +72,7 @@ fn resigning_a_valid_file_changes_nothing() {
     let bytes = file_bytes(&kivi(), 100);
     let signed = resign(&bytes).unwrap();
     assert_eq!(read_header(&signed).unwrap(), read_header(&bytes).unwrap());
-    let loaded = from_bytes(&signed, MODEL, &kivi()).unwrap();
+    let loaded = from_bytes(&signed, MODEL, &kivi(), &Backend::HOST).unwrap();
     assert_eq!(loaded.caches.len(), 2);
     assert_eq!(loaded.caches[0].len(), 100);
     assert!(resign(b"not safetensors").is_none());
@@ -127,7 +129,7 @@ fn forged_counts_are_refused() {
         ("extra", "[1, 2]"),
     ] {
         let forged = with_metadata(&bytes, key, value);
-        let err = from_bytes(&forged, MODEL, &kivi()).unwrap_err();
+        let err = from_bytes(&forged, MODEL, &kivi(), &Backend::HOST).unwrap_err();
         assert!(
             matches!(err, CacheFileError::Corrupt(_) | CacheFileError::WrongSettings { .. }),
             "{key} = {value}: {err}"
@@ -150,7 +152,13 @@ fn damage_behind_a_valid_checksum_is_still_refused() {
     // A shape that does not match the bytes: refused by the safetensors layer.
     let shape = header[&name]["shape"].clone();
     header[&name]["shape"] = serde_json::json!([1, 1, 32, 99]);
-    let err = from_bytes(&join_safetensors(&header, &data), MODEL, &kivi()).unwrap_err();
+    let err = from_bytes(
+        &join_safetensors(&header, &data),
+        MODEL,
+        &kivi(),
+        &Backend::HOST,
+    )
+    .unwrap_err();
     assert!(
         matches!(err, CacheFileError::Corrupt(_) | CacheFileError::Checksum),
         "{err}"
@@ -172,17 +180,17 @@ fn damage_behind_a_valid_checksum_is_still_refused() {
     let last = flipped.len() - 5;
     flipped[last] ^= 0xff;
     assert!(matches!(
-        from_bytes(&flipped, MODEL, &kivi()),
+        from_bytes(&flipped, MODEL, &kivi(), &Backend::HOST),
         Err(CacheFileError::Checksum)
     ));
-    assert!(from_bytes(&resign(&flipped).unwrap(), MODEL, &kivi()).is_ok());
+    assert!(from_bytes(&resign(&flipped).unwrap(), MODEL, &kivi(), &Backend::HOST).is_ok());
 }
 
 #[test]
 fn missing_and_unreadable_files_name_the_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("missing.kvc");
-    let err = load(&path, MODEL, &kivi()).unwrap_err();
+    let err = load(&path, MODEL, &kivi(), &Backend::HOST).unwrap_err();
     assert!(matches!(err, CacheFileError::Io { .. }), "{err}");
     assert!(err.to_string().contains("missing.kvc"), "{err}");
     // Saving into a folder that does not exist fails cleanly and leaves nothing behind.
@@ -192,6 +200,7 @@ fn missing_and_unreadable_files_name_the_path() {
         &bad,
         MODEL,
         &kivi(),
+        &Backend::HOST,
         caches.iter().map(|c| c.as_ref()),
         &BTreeMap::new(),
     )
@@ -203,15 +212,16 @@ fn missing_and_unreadable_files_name_the_path() {
         &good,
         MODEL,
         &kivi(),
+        &Backend::HOST,
         caches.iter().map(|c| c.as_ref()),
         &BTreeMap::new(),
     )
     .unwrap();
-    assert!(load(&good, MODEL, &kivi()).is_ok());
+    assert!(load(&good, MODEL, &kivi(), &Backend::HOST).is_ok());
     assert!(!dir.path().join("doc.kvc.partial").exists());
     let bytes = std::fs::read(&good).unwrap();
     std::fs::write(&good, &bytes[..bytes.len() / 2]).unwrap();
-    let err = load(&good, MODEL, &kivi()).unwrap_err();
+    let err = load(&good, MODEL, &kivi(), &Backend::HOST).unwrap_err();
     assert!(
         matches!(err, CacheFileError::Length(_) | CacheFileError::Corrupt(_)),
         "{err}"

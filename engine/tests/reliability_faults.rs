@@ -5,6 +5,7 @@
 
 mod reliability_common;
 
+use kivi_engine::backend::Backend;
 use kivi_engine::budget::{self, KvShape};
 use kivi_engine::cache::{CacheConfig, KiviConfig};
 use kivi_engine::error::LoadError;
@@ -158,7 +159,7 @@ async fn a_model_that_does_not_fit_is_refused_before_loading() {
         "{msg}"
     );
     // With the memory it needs, it loads.
-    let need = budget::estimate(dir.path(), None, &CacheConfig::Full).unwrap();
+    let need = budget::estimate(dir.path(), None, &CacheConfig::Full, &Backend::HOST).unwrap();
     let mut enough = options(&dir);
     enough.available_memory = Some(need.total());
     Engine::load(enough).await.unwrap();
@@ -167,15 +168,15 @@ async fn a_model_that_does_not_fit_is_refused_before_loading() {
 #[tokio::test]
 async fn the_kv_cache_of_the_context_counts_and_kivi_makes_it_fit() {
     let path = smollm2_path();
-    let full = budget::estimate(&path, None, &CacheConfig::Full).unwrap();
+    let full = budget::estimate(&path, None, &CacheConfig::Full, &Backend::HOST).unwrap();
     let kivi_config = CacheConfig::Kivi(KiviConfig::default());
-    let kivi = budget::estimate(&path, None, &kivi_config).unwrap();
+    let kivi = budget::estimate(&path, None, &kivi_config, &Backend::HOST).unwrap();
     // SmolLM2: 8192 tokens x 30 layers x 3 KV heads x 64 channels x K and V, in float32.
     assert_eq!(full.context, 8192);
     assert_eq!(full.kv_cache, 8192 * 30 * 3 * 64 * 2 * 4);
     assert!(kivi.kv_cache * 5 < full.kv_cache);
     assert_eq!(full.weights, kivi.weights);
-    let short = budget::estimate(&path, Some(1024), &CacheConfig::Full).unwrap();
+    let short = budget::estimate(&path, Some(1024), &CacheConfig::Full, &Backend::HOST).unwrap();
     assert_eq!(short.kv_cache * 8, full.kv_cache);
     println!(
         "SmolLM2: full {}; KIVI {}",

@@ -9,6 +9,7 @@ mod reliability_common;
 
 use std::collections::{BTreeMap, HashSet};
 
+use kivi_engine::backend::Backend;
 use kivi_engine::cache::file::{from_bytes, read_header, to_bytes};
 use kivi_engine::cache::{CacheConfig, KiviConfig, KvCache};
 use kivi_engine::gguf::write::{to_bytes as gguf_bytes, TensorData};
@@ -141,7 +142,7 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
 fn filled(config: &CacheConfig, layers: usize, tokens: usize) -> Vec<Box<dyn KvCache>> {
     (0..layers)
         .map(|layer| {
-            let mut cache = config.make();
+            let mut cache = config.make(&Backend::HOST);
             if tokens > 0 {
                 let values: Vec<f32> = (0..tokens * 32)
                     .map(|i| ((i * 13 + layer * 5) % 41) as f32 / 41.0 - 0.5)
@@ -180,8 +181,14 @@ fn cache_seeds() -> Vec<(String, Vec<u8>)> {
         .iter()
         .map(|(config, layers, tokens)| {
             let caches = filled(config, *layers, *tokens);
-            let bytes =
-                to_bytes("fuzz", config, caches.iter().map(|c| c.as_ref()), &extra).unwrap();
+            let bytes = to_bytes(
+                "fuzz",
+                config,
+                &Backend::HOST,
+                caches.iter().map(|c| c.as_ref()),
+                &extra,
+            )
+            .unwrap();
             (format!("{config}-{layers}x{tokens}.kvc"), bytes)
         })
         .collect()
@@ -220,7 +227,7 @@ fn cache_seeds_load() {
     for (name, bytes) in &seeds {
         println!("{name}: {} bytes", bytes.len());
         let header = read_header(bytes).unwrap();
-        let loaded = from_bytes(bytes, "fuzz", &header.config).unwrap();
+        let loaded = from_bytes(bytes, "fuzz", &header.config, &Backend::HOST).unwrap();
         assert_eq!(loaded.caches.len(), header.layers, "{name}");
         assert!(bytes.len() < 64 << 10, "{name} is too big to fuzz fast");
     }

@@ -9,6 +9,7 @@ mod reliability_common;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use kivi_engine::backend::Backend;
 use kivi_engine::error::LoadError;
 use kivi_engine::gguf::{GgufError, GgufHeader, SUPPORTED_TENSOR_TYPES_TEXT};
 use kivi_engine::loader::load_local;
@@ -16,7 +17,7 @@ use reliability_common::*;
 use serde_json::json;
 
 fn load_err(path: &Path) -> LoadError {
-    match load_local(path) {
+    match load_local(path, Backend::HOST) {
         Ok(_) => panic!("{} loaded", path.display()),
         Err(e) => e,
     }
@@ -544,5 +545,5 @@ fn a_tokenizer_beyond_the_embedding_is_refused() {
     edit_json(&dir.path().join("tokenizer.json"), |t| {
         t["model"]["vocab"].as_object_mut().unwrap().remove("ÿ");
     });
-    load_local(dir.path()).unwrap();
+    load_local(dir.path(), Backend::HOST).unwrap();
 }

@@ -3,18 +3,34 @@
 //! The folders under tests/fixtures/tiny-* and their reference.json (mlx-lm's logits after
 //! loading the same folder) come from `scripts/reference/tiny_models.py`.
 
-use std::path::{Path, PathBuf};
+mod offline;
 
+use std::path::PathBuf;
+
+use kivi_engine::backend::{Backend, Precision};
 use kivi_engine::cache::{FullCache, KvCache};
 use kivi_engine::loader::load_local;
 use kivi_engine::model::{Family, RopeScaling};
 use serde_json::Value;
 
-const TOLERANCE: f32 = 1e-4;
+/// The backend under test (`KIVI_BACKEND`: the host kernels by default; the Mac's
+/// configuration, MLX in float16, in the `mac` stage of scripts/test.sh) and the largest
+/// difference allowed between one of its logits and mlx-lm's float32 one. The logits are
+/// about 1 in size: float32 sums in another order differ by about 1e-5; float16 rounds
+/// every weight and activation to 11 bits (a step of 1e-3 at 1.0) through two blocks.
+fn backend() -> (Backend, f32) {
+    let backend = Backend::chosen().expect("KIVI_BACKEND names a backend");
+    let tolerance = match backend.precision() {
+        Precision::F32 => 1e-4,
+        Precision::F16 => 1.5e-2,
+        Precision::Bf16 => 1e-1,
+    };
+    (backend, tolerance)
+}
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
+    offline::workspace_root()
+        .join("engine/tests/fixtures")
         .join(name)
 }
 
@@ -30,9 +46,10 @@ fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
         .iter()
         .map(|t| t.as_u64().unwrap() as u32)
         .collect();
-    let loaded = load_local(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let (backend, tolerance) = backend();
+    let loaded = load_local(&dir, backend).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut caches: Vec<Box<dyn KvCache>> = (0..loaded.model.config().num_layers)
-        .map(|_| Box::new(FullCache::new()) as Box<dyn KvCache>)
+        .map(|_| Box::new(FullCache::new(backend)) as Box<dyn KvCache>)
         .collect();
     let mut rows: Vec<Vec<f32>> = Vec::new();
     let mut start = 0;
@@ -41,7 +58,12 @@ fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
             .model
             .forward(&tokens[start..start + len], &mut caches)
             .unwrap();
-        let logits = loaded.model.logits(&hidden).unwrap();
+        let logits = loaded
+            .model
+            .logits(&hidden)
+            .unwrap()
+            .as_dtype(mlx_rs::Dtype::Float32)
+            .unwrap();
         logits.eval().unwrap();
         rows.extend(logits.as_slice::<f32>().chunks(256).map(<[f32]>::to_vec));
         start += len;
@@ -57,12 +79,12 @@ fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
             let diff = (got - want.as_f64().unwrap() as f32).abs();
             worst = worst.max(diff);
             assert!(
-                diff < TOLERANCE,
-                "{name} position {p} token {v}: {got} vs {want}"
+                diff < tolerance,
+                "{name} on {backend}, position {p} token {v}: {got} vs {want}"
             );
         }
     }
-    println!("{name}: largest logit difference {worst:e}");
+    println!("{name} on {backend}: largest logit difference {worst:e}");
     loaded
 }
 

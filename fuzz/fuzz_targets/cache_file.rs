@@ -6,11 +6,12 @@
 
 #![no_main]
 
+use kivi_engine::backend::Backend;
 use kivi_engine::cache::file::{from_bytes, read_header, resign};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = from_bytes(data, "fuzz", &Default::default());
+    let _ = from_bytes(data, "fuzz", &Default::default(), &Backend::HOST);
     if let Ok(header) = read_header(data) {
         check(data, &header);
     }
@@ -22,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(bytes: &[u8], header: &kivi_engine::cache::file::CacheFileHeader) {
-    if let Ok(loaded) = from_bytes(bytes, &header.model_id, &header.config) {
+    if let Ok(loaded) = from_bytes(bytes, &header.model_id, &header.config, &Backend::HOST) {
         assert_eq!(loaded.caches.len(), header.layers);
         for cache in &loaded.caches {
             assert_eq!(cache.len(), header.tokens);

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use kivi_kernels::{
-    attention::{self, CacheView},
+    attention,
     testdata::{Layer, PackedLayer, Profile},
+    CacheView, Kernels,
 };
 use mlx_rs::{transforms::eval, Array};
 
@@ -52,7 +53,7 @@ fn decode_attention(c: &mut Criterion) {
             let kivi = PackedLayer::new(&keys, &values, bits, GROUP, RESIDUAL).unwrap();
             // `attend` runs the fused CPU kernel for this call; `attend_mlx` the MLX ops.
             let paths: [(&str, Attend); 2] = [
-                ("fused", attention::attend),
+                ("fused", |q, v, s| attention::attend(q, v, s, Kernels::Host)),
                 ("mlx_ops", attention::attend_mlx),
             ];
             for (path, attend) in paths {

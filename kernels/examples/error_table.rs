@@ -8,12 +8,11 @@
 //! content), which only measures float rounding.
 
 use kivi_kernels::{
-    attention::{self, CacheView},
-    mlx_quant, quantized_len, reference,
+    attention, mlx_quant, quantized_len, reference,
     reference::CacheSpec,
     reference_attention::{self, AttnShape},
     testdata::{Layer, Profile},
-    KeyAxis, QuantSpec,
+    CacheView, Kernels, KeyAxis, QuantSpec,
 };
 use mlx_rs::{Array, Dtype};
 
@@ -120,7 +119,7 @@ fn kivi_attention(layer: &Layer, spec: &CacheSpec, scale: f32) -> Vec<f32> {
         residual_values: Some(&v[1]),
     };
     let queries = Array::from_slice(&layer.queries, &[1, layer.heads as i32, 1, d]);
-    let out = attention::attend(&queries, view, scale).unwrap();
+    let out = attention::attend(&queries, view, scale, Kernels::Host).unwrap();
     out.as_dtype(Dtype::Float32)
         .unwrap()
         .as_slice::<f32>()

@@ -13,65 +13,36 @@
 use mlx_rs::{ops, Array, Dtype};
 
 use crate::{
+    cache_view::CacheView,
+    dispatch::Kernels,
     host::{dequantize::dequantize, readable},
-    mlx_quant::QuantizedArray,
     KernelError, KeyAxis,
 };
-
-/// One layer's cache as attention reads it: the quantized history (oldest tokens), then the
-/// full-precision residual window (newest tokens). Either part may be absent.
-#[derive(Debug, Clone, Copy)]
-pub struct CacheView<'a> {
-    /// Quantized keys: `[B, n_kv, D, Tq]` per channel, or `[B, n_kv, Tq, D]` per token.
-    pub keys: Option<&'a QuantizedArray>,
-    /// How `keys` is grouped.
-    pub key_axis: KeyAxis,
-    /// Quantized values, `[B, n_kv, Tq, D]` grouped along `D`.
-    pub values: Option<&'a QuantizedArray>,
-    /// Residual keys, `[B, n_kv, Tr, D]`.
-    pub residual_keys: Option<&'a Array>,
-    /// Residual values, `[B, n_kv, Tr, D]`.
-    pub residual_values: Option<&'a Array>,
-}
-
-impl CacheView<'_> {
-    /// Quantized positions `Tq`.
-    pub fn quantized_len(&self) -> usize {
-        self.values.map_or(0, |v| v.packed.dim(-2) as usize)
-    }
-
-    /// Residual positions `Tr`.
-    pub fn residual_len(&self) -> usize {
-        self.residual_keys.map_or(0, |k| k.dim(-2) as usize)
-    }
-
-    fn kv_heads(&self) -> Option<i32> {
-        self.residual_keys
-            .map(|k| k.dim(1))
-            .or_else(|| self.values.map(|v| v.packed.dim(1)))
-    }
-}
 
 /// Query positions attended at once: bounds the scores of a long prefill chunk to
 /// `H * QUERY_BLOCK * T` floats (about 300 MB at H = 9, T = 32k) instead of `H * L * T`.
 pub const QUERY_BLOCK: usize = 256;
 
-/// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in `cache`.
+/// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in `cache`,
+/// by the kernels the backend chose.
 ///
-/// On the CPU (not macOS; see [`crate::host::enabled`]) with float32 queries,
-/// single-position decode with per-channel keys runs the plain-Rust kernel in
-/// [`crate::fused`] (measured faster than MLX's CPU quantized matmul, see the README), and
-/// everything else [`attend_host`]. Elsewhere [`attend_mlx`] runs.
-pub fn attend(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
-    if crate::host::enabled() {
-        if crate::fused::supports(queries, &cache) {
-            return crate::fused::decode(queries, cache, scale);
+/// With the host kernels, single-position decode with per-channel keys runs the plain-Rust
+/// kernel in [`crate::fused`] (measured faster than MLX's CPU quantized matmul, see the
+/// README), and everything else [`attend_host`]; both need float32 queries. With MLX,
+/// [`attend_mlx`] runs, on whatever device MLX's default stream is.
+pub fn attend(
+    queries: &Array,
+    cache: CacheView<'_>,
+    scale: f32,
+    kernels: Kernels,
+) -> Result<Array, KernelError> {
+    match kernels {
+        Kernels::Host if crate::fused::accepts(queries, &cache) => {
+            crate::fused::decode(queries, cache, scale)
         }
-        if queries.dtype() == Dtype::Float32 {
-            return attend_host(queries, cache, scale);
-        }
+        Kernels::Host => attend_host(queries, cache, scale),
+        Kernels::Mlx => attend_mlx(queries, cache, scale),
     }
-    attend_mlx(queries, cache, scale)
 }
 
 fn host_slice(a: &Array) -> Result<&[f32], KernelError> {

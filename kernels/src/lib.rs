@@ -6,13 +6,16 @@
 //! - [`reference`]: the reference quantizer, the spec every other path is tested against.
 //! - [`reference_attention`]: attention in plain Rust (f64), the spec for attention.
 //! - [`mlx_quant`]: the same quantizer as an MLX graph, bit-identical to the reference.
-//! - [`attention`]: decode and chunk attention over quantized history plus residual.
+//! - [`attention`]: decode and chunk attention over quantized history plus residual
+//!   ([`CacheView`]), by the implementation [`Kernels`] names.
 //! - [`fused`]: a plain-Rust CPU kernel for single-position decode attention.
 //! - [`host`]: float32 attention, softmax and `sgemm` on host memory, for the CPU.
 //! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust, for CPU decode.
 //! - [`testdata`]: seeded random keys and values (with outliers) for tests and benchmarks.
 
 pub mod attention;
+mod cache_view;
+mod dispatch;
 mod error;
 pub mod fused;
 pub mod host;
@@ -24,5 +27,7 @@ pub mod reference_attention;
 pub mod spec;
 pub mod testdata;
 
+pub use cache_view::CacheView;
+pub use dispatch::Kernels;
 pub use error::KernelError;
 pub use spec::{quantized_after, quantized_len, KeyAxis, QuantSpec};

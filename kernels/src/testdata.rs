@@ -165,8 +165,8 @@ impl PackedLayer {
         Ok(layer)
     }
 
-    pub fn view(&self) -> crate::attention::CacheView<'_> {
-        crate::attention::CacheView {
+    pub fn view(&self) -> crate::CacheView<'_> {
+        crate::CacheView {
             keys: Some(&self.keys),
             key_axis: crate::KeyAxis::PerChannel,
             values: Some(&self.values),

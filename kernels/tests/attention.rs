@@ -10,7 +10,7 @@ use kivi_kernels::{
     reference::CacheSpec,
     reference_attention::{self, AttnShape},
     testdata::{Layer, Profile},
-    KeyAxis, QuantSpec,
+    Kernels, KeyAxis, QuantSpec,
 };
 
 fn cache_spec(kb: u32, vb: u32, g: usize, r: usize, key_axis: KeyAxis) -> CacheSpec {
@@ -46,19 +46,19 @@ fn dequantized(layer: &Layer, spec: &CacheSpec) -> (Vec<f32>, Vec<f32>) {
     (k, v)
 }
 
-/// The output of the dispatching `attend` (the fused CPU kernel where it applies).
+/// The output of `attend` with the host kernels (the fused CPU kernel where it applies).
 fn kivi_output(layer: &Layer, spec: &CacheSpec, scale: f32) -> Vec<f32> {
     kivi_outputs(layer, spec, scale).0
 }
 
-/// Outputs of `attend` and of the MLX-only path.
+/// Outputs of `attend` with the host kernels and with MLX operations.
 fn kivi_outputs(layer: &Layer, spec: &CacheSpec, scale: f32) -> (Vec<f32>, Vec<f32>) {
     let parts = Parts::new(layer, spec);
     let shape = [1, layer.heads, layer.queries_len, layer.dim];
     let queries = array(&layer.queries, &shape);
     (
-        f32s(&attention::attend(&queries, parts.view(), scale).unwrap()),
-        f32s(&attention::attend_mlx(&queries, parts.view(), scale).unwrap()),
+        f32s(&attention::attend(&queries, parts.view(), scale, Kernels::Host).unwrap()),
+        f32s(&attention::attend(&queries, parts.view(), scale, Kernels::Mlx).unwrap()),
     )
 }
 

@@ -60,7 +60,7 @@ fn matches_the_reference_and_the_mlx_path() {
                     let spec = spec(kb, vb, g, r);
                     let parts = Parts::new(&layer, &spec);
                     let queries = array(&layer.queries, &[1, heads, 1, 64]);
-                    assert!(fused::supports(&queries, &parts.view()));
+                    assert!(fused::accepts(&queries, &parts.view()));
                     let got = f32s(&fused::decode(&queries, parts.view(), scale).unwrap());
                     let what =
                         format!("{heads}/{kv_heads} heads K{kb}V{vb} G={g} R={r} T={tokens}");
@@ -109,17 +109,17 @@ fn leaves_other_calls_to_the_mlx_path() {
     let layer = Layer::new(3, Profile::Gaussian, (4, 2, 64), 100, 2);
     let parts = Parts::new(&layer, &spec(2, 2, 32, 32));
     let chunk = array(&layer.queries, &[1, 4, 2, 64]);
-    assert!(!fused::supports(&chunk, &parts.view()));
+    assert!(!fused::accepts(&chunk, &parts.view()));
     assert!(fused::decode(&chunk, parts.view(), 0.1).is_err());
     let one = array(&layer.queries[..4 * 64], &[1, 4, 1, 64]);
-    assert!(!fused::supports(
+    assert!(!fused::accepts(
         &one.as_dtype(Dtype::Float16).unwrap(),
         &parts.view()
     ));
     let mut per_token = spec(2, 2, 32, 32);
     per_token.key_axis = KeyAxis::PerToken;
     let parts = Parts::new(&layer, &per_token);
-    assert!(!fused::supports(&one, &parts.view()));
+    assert!(!fused::accepts(&one, &parts.view()));
 }
 
 #[test]
@@ -156,7 +156,7 @@ fn reads_float16_storage() {
         let half = |x: &[f32]| array(x, &[1, 3, 300, 64]).as_dtype(Dtype::Float16).unwrap();
         let parts = Parts::from_arrays(&half(&layer.keys), &half(&layer.values), &spec);
         let queries = array(&layer.queries, &[1, 9, 1, 64]);
-        assert!(fused::supports(&queries, &parts.view()));
+        assert!(fused::accepts(&queries, &parts.view()));
         let got = f32s(&fused::decode(&queries, parts.view(), scale).unwrap());
         let err = reference_attention::compare(&got, &reference_output(&layer, &spec, scale), 64);
         assert!(err.relative < 1e-5, "K{kb}V{vb}: {err:?}");

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kivi_engine::backend::{Backend, Device, Precision};
 use serde_json::Value;
 
 use crate::commands::{chats, documents, generation, models, server, settings, stats, system};
@@ -18,7 +19,8 @@ use crate::error::ErrorCode;
 use crate::events::{names, RecordingSink};
 use crate::state::{App, AppConfig, AppState};
 use crate::store::{
-    CacheMode, DownloadFile, DownloadRecord, DownloadState, MessageStatus, Settings, Store,
+    BackendChoice, CacheMode, DownloadFile, DownloadRecord, DownloadState, MessageStatus, Settings,
+    Store,
 };
 use crate::types::ModelAvailability;
 
@@ -586,6 +588,57 @@ async fn cache_settings_changes_drop_caches_and_change_the_bytes() {
     assert_eq!(err.field.as_deref(), Some("cache.residualLength"));
     let defaults = settings::defaults(&h.app).await.unwrap();
     assert_eq!(defaults, Settings::default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backend_setting_reloads_the_model_and_the_panel_names_it() {
+    let h = harness();
+    h.ready().await;
+    let mut s = h.quick_settings(4).await;
+    assert_eq!(s.backend, BackendChoice::Auto);
+    let before = stats::snapshot(&h.app).await.unwrap();
+    assert_eq!(before.backend, Backend::chosen().unwrap().to_string());
+
+    // MLX's operations (the Mac's path) on the CPU: the model loads again, caches reset.
+    let mlx = Backend::mlx(Device::Cpu, Precision::F32);
+    s.backend = BackendChoice::Fixed(mlx);
+    let up = settings::update(&h.app, s).await.unwrap();
+    assert!(up.model_reload && up.cache_reset);
+    h.ready().await;
+    assert_eq!(h.app.model.loaded().unwrap().info().backend, mlx);
+    let snap = stats::snapshot(&h.app).await.unwrap();
+    assert_eq!(snap.backend, "mlx-cpu-f32");
+    assert!(
+        snap.backend_name.starts_with("MLX on the CPU"),
+        "{}",
+        snap.backend_name
+    );
+    let chat = chats::create(&h.app, None, None).await.unwrap();
+    let (_, events) = ask(&h, &chat.id, "Say hello.").await;
+    assert!(events.iter().any(|(n, _)| *n == names::CHAT_TOKEN));
+
+    // A GPU backend on a machine whose MLX has none is refused, naming the field, and
+    // nothing changes.
+    if Backend::mlx(Device::Gpu, Precision::F16)
+        .check_available()
+        .is_err()
+    {
+        let mut gpu = s;
+        gpu.backend = BackendChoice::Fixed(Backend::mlx(Device::Gpu, Precision::F16));
+        let err = settings::update(&h.app, gpu).await.unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("backend"));
+        assert!(err.message.contains("needs a GPU"), "{}", err.message);
+        assert_eq!(settings::get(&h.app).await.unwrap().backend, s.backend);
+    }
+    // Saved settings from before the backend existed read as `auto`.
+    let old: Settings = serde_json::from_value(serde_json::json!({
+        "cache": {"mode": "kivi", "kBits": 2, "vBits": 2, "groupSize": 32, "residualLength": 128},
+        "contextLength": 8192,
+        "sampling": {"temperature": 0.7, "topP": 0.9, "topK": 40, "repetitionPenalty": 1.1,
+                     "maxTokens": 1024, "seed": null}
+    }))
+    .unwrap();
+    assert_eq!(old.backend, BackendChoice::Auto);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

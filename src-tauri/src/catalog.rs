@@ -13,9 +13,9 @@ use kivi_engine::hub::{
 };
 use kivi_engine::model::config::ModelConfig;
 
+use crate::active_model::ModelChoice;
 use crate::chat_cache::engine_cache;
 use crate::error::{sentence, CommandError, ErrorCode};
-use crate::model_host::ModelChoice;
 use crate::store::{DownloadProgress, DownloadState, Settings};
 use crate::types::{ModelAvailability, ModelInfo, ModelSource};
 
@@ -113,7 +113,7 @@ impl Catalog {
 }
 
 /// Bytes of a KV cache of `tokens` tokens with these settings, as the engine holds it in
-/// this build's compute dtype.
+/// the compute dtype of the backend they choose.
 pub fn kv_cache_bytes(shape: Shape, tokens: u64, settings: &Settings) -> u64 {
     let shape = budget::KvShape {
         layers: shape.layers as usize,
@@ -124,7 +124,12 @@ pub fn kv_cache_bytes(shape: Shape, tokens: u64, settings: &Settings) -> u64 {
         shape,
         tokens as usize,
         &engine_cache(&settings.cache),
-        budget::compute_bytes(),
+        settings
+            .backend
+            .resolve()
+            .unwrap_or_default()
+            .precision()
+            .bytes(),
     )
 }
 
@@ -434,7 +439,8 @@ mod tests {
         s.cache.mode = CacheMode::Fp16;
         let fp16 = kv_cache_bytes(shape, 8192, &s);
         assert!(k2 < k4 && k4 < fp16, "{k2} {k4} {fp16}");
-        assert_eq!(fp16, 30 * 3 * 64 * 8192 * 2 * budget::compute_bytes());
+        let dtype = s.backend.resolve().unwrap().precision().bytes();
+        assert_eq!(fp16, 30 * 3 * 64 * 8192 * 2 * dtype);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 // Release builds on Windows get no console window.
 #![cfg_attr(not(debug_assertions), windows_subsystem = "windows")]
 
+mod active_model;
 mod catalog;
 mod chat_cache;
 mod commands;
@@ -14,7 +15,6 @@ mod events;
 mod generation;
 mod jobs;
 mod keychain;
-mod model_host;
 mod server;
 mod state;
 mod stats;
@@ -72,7 +72,7 @@ fn builtin_model(app: &tauri::App) -> PathBuf {
 
 fn main() -> anyhow::Result<()> {
     // SAFETY: the first statement of main: no other thread exists yet.
-    unsafe { kivi_engine::device::openblas::select_core() };
+    unsafe { kivi_engine::backend::openblas::select_core() };
     let app = tauri::Builder::default()
         // Dialogs are driven from Rust only: the webview has no dialog permission.
         .plugin(tauri_plugin_dialog::init())

@@ -8,15 +8,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kivi_engine::backend::Backend;
 use kivi_engine::hub::HubConfig;
 
+use crate::active_model::{self, ActiveModel, ModelChoice};
 use crate::catalog::{self, Catalog};
 use crate::chat_cache::ChatCaches;
 use crate::desktop::Desktop;
 use crate::downloads::Downloads;
 use crate::events::{EventSink, Events};
 use crate::jobs::Jobs;
-use crate::model_host::{self, ModelChoice, ModelHost};
 use crate::server::ServerSlot;
 use crate::stats::{self, LiveStats};
 use crate::store::{apply_context_fit, Chat, DocumentInfo, Settings, Store};
@@ -44,7 +45,7 @@ pub struct AppState {
     /// Paths and the hub.
     pub config: AppConfig,
     /// The active model.
-    pub model: ModelHost,
+    pub model: ActiveModel,
     /// What runs in each chat.
     pub jobs: Jobs,
     /// Each chat's live KV cache.
@@ -78,7 +79,7 @@ impl AppState {
             events: Events::new(sink),
             desktop,
             config,
-            model: ModelHost::default(),
+            model: ActiveModel::default(),
             jobs: Jobs::default(),
             caches: ChatCaches::default(),
             downloads: Downloads::default(),
@@ -110,7 +111,7 @@ impl AppState {
             );
         }
         let choice = self.active_choice();
-        model_host::start_loading(self, choice);
+        active_model::start_loading(self, choice);
         stats::start_ticker(self);
         let app = self.clone();
         tauri::async_runtime::spawn_blocking(move || match crate::keychain::load() {
@@ -167,6 +168,14 @@ impl AppState {
     /// The saved settings.
     pub fn settings(&self) -> Settings {
         self.store.get_settings().unwrap_or_default()
+    }
+
+    /// The backend the model runs on: the loaded engine's, else the one the settings choose.
+    pub fn backend(&self, settings: &Settings) -> Backend {
+        match self.model.loaded() {
+            Some(engine) => engine.info().backend,
+            None => settings.backend.resolve().unwrap_or_default(),
+        }
     }
 
     /// The context in force: the settings' length, capped by the loaded model's maximum.
@@ -239,7 +248,9 @@ impl AppState {
     /// Emits the current statistics now.
     pub fn emit_stats(&self) {
         let settings = self.settings();
-        let snapshot = self.live.snapshot(self.context_length(&settings));
+        let snapshot = self
+            .live
+            .snapshot(self.context_length(&settings), self.backend(&settings));
         self.events.stats(&snapshot);
     }
 

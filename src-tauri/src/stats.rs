@@ -6,6 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use kivi_engine::backend::{Backend, Device as BackendDevice};
 use kivi_engine::stats::{MemoryProbe, Stats};
 
 use crate::chat_cache::CacheRecord;
@@ -112,8 +113,8 @@ impl LiveStats {
         }
     }
 
-    /// The snapshot the panel shows.
-    pub fn snapshot(&self, context_length: u64) -> StatsSnapshot {
+    /// The snapshot the panel shows, for a model on `backend`.
+    pub fn snapshot(&self, context_length: u64, backend: Backend) -> StatsSnapshot {
         let memory = self.memory.lock().unwrap_or_else(|p| p.into_inner()).read();
         let live = self.lock();
         let record = live.cache;
@@ -132,13 +133,15 @@ impl LiveStats {
             }
             _ => (0, tokens, 0, None),
         };
-        let (device, device_name) = device();
+        let (device, device_name) = device(&backend);
         StatsSnapshot {
             timestamp_ms: now_ms(),
             phase: live.phase.unwrap_or(Phase::Idle),
             chat_id: live.chat_id.clone(),
             device,
             device_name,
+            backend: backend.to_string(),
+            backend_name: backend.description(),
             cache: config,
             context_length,
             tokens,
@@ -177,10 +180,14 @@ pub fn start_ticker(app: &Arc<AppState>) {
     });
 }
 
-fn device() -> (Device, String) {
-    match kivi_engine::device::Device::current() {
-        kivi_engine::device::Device::Metal => (Device::Metal, "Apple silicon (Metal)".into()),
-        kivi_engine::device::Device::Cpu => {
+/// The device the backend computes on, and a line about it.
+fn device(backend: &Backend) -> (Device, String) {
+    match backend.device() {
+        BackendDevice::Gpu if std::env::consts::OS == "macos" => {
+            (Device::Gpu, "Apple silicon GPU (Metal)".into())
+        }
+        BackendDevice::Gpu => (Device::Gpu, "GPU (MLX, CUDA)".into()),
+        BackendDevice::Cpu => {
             let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
             (
                 Device::Cpu,
@@ -204,7 +211,7 @@ mod tests {
     #[test]
     fn kivi_window_follows_the_ipc_definitions() {
         let live = LiveStats::default();
-        let empty = live.snapshot(8192);
+        let empty = live.snapshot(8192, Backend::HOST);
         assert_eq!(empty.phase, Phase::Idle);
         assert_eq!(empty.cache, None);
         assert_eq!(empty.tokens_until_flush, None);
@@ -223,7 +230,7 @@ mod tests {
             }),
             Phase::Prefill,
         );
-        let s = live.snapshot(4096);
+        let s = live.snapshot(4096, Backend::HOST);
         assert_eq!(s.chat_id.as_deref(), Some("7"));
         assert_eq!(s.phase, Phase::Prefill);
         assert_eq!(s.tokens, 300);
@@ -246,10 +253,10 @@ mod tests {
                 held_bytes: 20,
             }),
         );
-        let s = live.snapshot(4096);
+        let s = live.snapshot(4096, Backend::HOST);
         assert_eq!((s.quantized_tokens, s.residual_tokens), (0, 50));
         assert_eq!((s.residual_capacity, s.tokens_until_flush), (0, None));
         live.forget_chat("7");
-        assert_eq!(live.snapshot(1).chat_id, None);
+        assert_eq!(live.snapshot(1, Backend::HOST).chat_id, None);
     }
 }

@@ -84,14 +84,14 @@ pub enum Phase {
     Decode,
 }
 
-/// Where the model runs.
+/// The device the model computes on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Device {
-    /// MLX's CPU back end.
+    /// The CPU (the host kernels, or MLX's CPU back end).
     Cpu,
-    /// Apple GPU.
-    Metal,
+    /// The GPU through MLX (Metal on a Mac).
+    Gpu,
 }
 
 /// `stats` and `get_stats`: the live panel's numbers.
@@ -108,6 +108,10 @@ pub struct StatsSnapshot {
     pub device: Device,
     /// E.g. "CPU · 16 threads".
     pub device_name: String,
+    /// The backend's name: `host`, `mlx-cpu-f16`, `mlx-gpu-f16`, ...
+    pub backend: String,
+    /// The backend in words: "MLX on the GPU, float16".
+    pub backend_name: String,
     /// The described cache's settings; `None` = no cache.
     pub cache: Option<CacheConfig>,
     /// The context length in force.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use kivi_engine::device::openblas;
+use kivi_engine::backend::openblas;
 
 use crate::eval::bench::{display_name, measure, run_all, BenchReport, Entry, Spawner, WorkerPlan};
 use crate::eval::configs::{parse_configs, parse_sizes, size_label, DEFAULT_CONFIGS};
@@ -78,12 +78,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         exe: std::env::current_exe().context("cannot find the kivi executable")?,
         model: args.model.path()?,
         text: corpus::resolve(args.text.as_deref())?,
+        backend: args.model.backend()?,
     };
     let total = configs.len() * contexts.len() * repeats;
     eprintln!(
-        "[bench · {} · {} configurations × {} contexts × {repeats} rounds = {total} runs, \
-         {} decoded tokens each · BLAS kernels: {}]",
+        "[bench · {} · backend {} ({}) · {} configurations × {} contexts × {repeats} rounds = \
+         {total} runs, {} decoded tokens each · BLAS kernels: {}]",
         display_name(&spawner.model),
+        spawner.backend,
+        spawner.backend.description(),
         configs.len(),
         contexts.len(),
         args.decode_tokens,
@@ -113,6 +116,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     )?;
     let report = BenchReport {
         model: display_name(&spawner.model),
+        backend: spawner.backend,
         text: display_name(&spawner.text),
         contexts: contexts.clone(),
         repeats,
@@ -175,9 +179,10 @@ fn print_table(report: &BenchReport) {
         );
     }
     println!(
-        "(medians over {} rounds, ± half the range; x full: median of per-round ratios; \
-         smaller: fp16 bytes / held bytes; peak/KV: peak RSS saved vs full / KV bytes saved)",
-        report.repeats
+        "(backend {}; medians over {} rounds, ± half the range; x full: median of per-round \
+         ratios; smaller: fp16 bytes / held bytes; peak/KV: peak RSS saved vs full / KV bytes \
+         saved)",
+        report.backend, report.repeats
     );
 }
 
@@ -225,8 +230,8 @@ fn plot(path: &std::path::Path, report: &BenchReport, names: &[String]) -> Resul
         },
     ];
     let title = format!(
-        "kivi bench · {} · medians of {} rounds, {} decoded tokens",
-        report.model, report.repeats, report.decode_tokens
+        "kivi bench · {} · {} · medians of {} rounds, {} decoded tokens",
+        report.model, report.backend, report.repeats, report.decode_tokens
     );
     line_panels(path, &title, &x_labels, &panels)
 }

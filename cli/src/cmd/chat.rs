@@ -35,10 +35,10 @@ pub async fn run(args: ChatArgs) -> Result<()> {
         .await
         .context("cannot load the model")?;
     eprintln!(
-        "[{} · {} · {} · context {} · KV {}]",
+        "[{} · {} · backend {} · context {} · KV {}]",
         engine.info().name,
         engine.info().quantization,
-        engine.info().device,
+        engine.info().backend,
         engine.context_length(),
         args.model.cache()?
     );

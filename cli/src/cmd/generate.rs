@@ -42,10 +42,10 @@ pub async fn run(args: GenerateArgs) -> Result<()> {
         .context("cannot load the model")?;
     if !args.json {
         eprintln!(
-            "[{} · {} · {} · context {}]",
+            "[{} · {} · backend {} · context {}]",
             engine.info().name,
             engine.info().quantization,
-            engine.info().device,
+            engine.info().backend,
             engine.context_length()
         );
     }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 use clap::Args;
+use kivi_engine::backend::Backend;
 use serde::Serialize;
 
 use crate::eval::bench::display_name;
@@ -58,6 +59,7 @@ pub struct NeedleArgs {
 #[derive(Serialize)]
 struct Report<'a> {
     model: String,
+    backend: Backend,
     text: String,
     seed: u64,
     trials_per_cell: usize,
@@ -85,8 +87,10 @@ pub fn run(args: NeedleArgs) -> Result<()> {
         args.seed,
     )?;
     eprintln!(
-        "[needle · {} · {} questions × {} configurations, seed {}]",
+        "[needle · {} · backend {} ({}) · {} questions × {} configurations, seed {}]",
         loaded.info.name,
+        loaded.info.backend,
+        loaded.info.backend.description(),
         trials.len(),
         configs.len(),
         args.seed
@@ -124,6 +128,7 @@ pub fn run(args: NeedleArgs) -> Result<()> {
     if let Some(path) = &args.json {
         let report = Report {
             model: display_name(&model_path),
+            backend: loaded.info.backend,
             text: display_name(&text_path),
             seed: args.seed,
             trials_per_cell: args.trials.max(1),

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
+use kivi_engine::backend::Backend;
 use serde::Serialize;
 
 use crate::eval::configs::{parse_configs, DEFAULT_PPL_CONFIGS};
@@ -58,6 +59,7 @@ pub struct PplArgs {
 #[derive(Serialize)]
 struct Report {
     model: String,
+    backend: Backend,
     plan: WindowPlan,
     texts: Vec<TextPpl>,
 }
@@ -93,8 +95,15 @@ pub fn run(args: PplArgs) -> Result<()> {
     let model_path = args.model.path()?;
     let loaded = args.model.load()?;
     eprintln!(
-        "[ppl · {} · windows of {} tokens, stride {}, last {} scored, {}-token chunks]",
-        loaded.info.name, plan.window, plan.stride, plan.scored, plan.chunk
+        "[ppl · {} · backend {} ({}) · windows of {} tokens, stride {}, last {} scored, \
+         {}-token chunks]",
+        loaded.info.name,
+        loaded.info.backend,
+        loaded.info.backend.description(),
+        plan.window,
+        plan.stride,
+        plan.scored,
+        plan.chunk
     );
     let mut texts = Vec::new();
     let mut dumps = Vec::new();
@@ -137,6 +146,7 @@ pub fn run(args: PplArgs) -> Result<()> {
     if let Some(path) = &args.json {
         let report = Report {
             model: display_name(&model_path),
+            backend: loaded.info.backend,
             plan,
             texts: texts.clone(),
         };

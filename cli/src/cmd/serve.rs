@@ -82,10 +82,10 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     let handle = server::start(engine.clone(), config.clone())
         .with_context(|| format!("cannot start the server on {}:{}", args.host, args.port))?;
     eprintln!(
-        "[{} · {} · {} · context {} · KV {} · queue {} · {}{}]",
+        "[{} · {} · backend {} · context {} · KV {} · queue {} · {}{}]",
         engine.info().name,
         engine.info().quantization,
-        engine.info().device,
+        engine.info().backend,
         engine.context_length(),
         args.model.cache()?,
         config.queue_capacity,

@@ -13,6 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use kivi_engine::backend::Backend;
 use kivi_engine::cache::{CacheConfig, LayerKvStats};
 use kivi_engine::eval::{decode_step, greedy_token, prefill};
 use kivi_engine::loader::LoadedModel;
@@ -75,7 +76,7 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
     // Warm-up on throwaway caches of the same kind: MLX's first operations, page faults
     // on the weights and thread start-up are not what is measured.
     {
-        let mut caches = plan.cache.make_layers(layers);
+        let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
         let logits = prefill(
             &loaded.model,
             &mut caches,
@@ -85,7 +86,7 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
         decode_step(&loaded.model, &mut caches, greedy_token(&logits)?)?;
     }
     let rss_after_load_bytes = current_resident_bytes();
-    let mut caches = plan.cache.make_layers(layers);
+    let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
     let began = Instant::now();
     let mut logits = prefill(&loaded.model, &mut caches, &prompt, plan.prefill_chunk)?;
     let prefill_secs = began.elapsed().as_secs_f64();
@@ -117,6 +118,8 @@ pub struct Spawner {
     pub model: PathBuf,
     /// The corpus passed on.
     pub text: PathBuf,
+    /// The backend passed on.
+    pub backend: Backend,
 }
 
 impl Spawner {
@@ -128,6 +131,8 @@ impl Spawner {
             .arg(&self.model)
             .arg("--text")
             .arg(&self.text)
+            .arg("--backend")
+            .arg(self.backend.to_string())
             .arg("--plan")
             .arg(serde_json::to_string(plan)?)
             .stdin(Stdio::null())
@@ -186,6 +191,8 @@ pub struct Entry {
 pub struct BenchReport {
     /// Model file.
     pub model: String,
+    /// Where and how it ran (`host`, `mlx-gpu-f16`, ...).
+    pub backend: Backend,
     /// Corpus the contexts were cut from.
     pub text: String,
     /// Context lengths.

@@ -117,7 +117,7 @@ pub fn run_text(
         let mut window_perplexity = Vec::new();
         for (i, &start) in starts.iter().enumerate() {
             let window = &tokens[start..start + plan.window];
-            let mut caches = config.make_layers(layers);
+            let mut caches = config.make_layers(layers, loaded.model.backend());
             let nll = window_nll(
                 &loaded.model,
                 &mut caches,

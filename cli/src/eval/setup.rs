@@ -4,10 +4,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use kivi_engine::backend::Backend;
 use kivi_engine::loader::{load_local, LoadedModel};
 use kivi_engine::session::ModelSource;
 
-use crate::args::{KvKind, ModelArgs};
+use crate::args::{chosen, KvKind, ModelArgs};
 
 /// The model to measure. Only local models: a measurement must not start with a download.
 #[derive(Debug, Clone, Args)]
@@ -16,6 +17,10 @@ pub struct EvalModelArgs {
     /// .data/models of this repository.
     #[arg(long, short, env = "KIVI_MODEL")]
     pub model: Option<String>,
+    /// Where and how the model runs (see `kivi generate --help`). Default: KIVI_BACKEND,
+    /// else the platform's.
+    #[arg(long)]
+    pub backend: Option<Backend>,
 }
 
 impl EvalModelArgs {
@@ -25,6 +30,7 @@ impl EvalModelArgs {
         // the cache flags play no part in it.
         let resolver = ModelArgs {
             model: self.model.clone(),
+            backend: self.backend,
             context: None,
             kv: KvKind::Full,
             k_bits: 2,
@@ -42,10 +48,16 @@ impl EvalModelArgs {
         }
     }
 
+    /// The backend the flag (or `KIVI_BACKEND`, or the platform) chooses.
+    pub fn backend(&self) -> Result<Backend> {
+        chosen(self.backend)
+    }
+
     /// Loads the model on this thread (MLX arrays stay on the thread that made them).
     pub fn load(&self) -> Result<LoadedModel> {
         let path = self.path()?;
-        load_local(&path).with_context(|| format!("cannot load the model {}", path.display()))
+        load_local(&path, self.backend()?)
+            .with_context(|| format!("cannot load the model {}", path.display()))
     }
 }
 

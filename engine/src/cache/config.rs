@@ -5,8 +5,6 @@ use std::{fmt, str::FromStr};
 use kivi_kernels::{spec::GROUP_SIZES, KeyAxis, QuantSpec};
 use serde::{Deserialize, Serialize};
 
-use super::{FullCache, KiviCache, KvCache};
-
 /// Settings that cannot make a KIVI cache.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -190,21 +188,6 @@ pub enum CacheConfig {
     Full,
     /// KIVI: quantized history plus a full-precision residual window.
     Kivi(KiviConfig),
-}
-
-impl CacheConfig {
-    /// A new, empty cache for one layer.
-    pub fn make(&self) -> Box<dyn KvCache> {
-        match self {
-            CacheConfig::Full => Box::new(FullCache::new()),
-            CacheConfig::Kivi(config) => Box::new(KiviCache::new(*config)),
-        }
-    }
-
-    /// One empty cache per layer.
-    pub fn make_layers(&self, layers: usize) -> Vec<Box<dyn KvCache>> {
-        (0..layers).map(|_| self.make()).collect()
-    }
 }
 
 /// Short names: `full`, `k2v2` (G = 32, R = 128), `k4v2-g64-r128`, `k2v2-g32-r128-per-token`.

@@ -23,6 +23,7 @@ use mlx_rs::{Array, Dtype as MlxDtype};
 use safetensors::{tensor::TensorView, Dtype, SafeTensorError, SafeTensors, View};
 
 use super::{CacheConfig, CacheError, CacheState, KvCache};
+use crate::backend::Backend;
 
 /// The `format` entry of every cache file.
 pub const FORMAT: &str = "kivi-chat-kv-cache";
@@ -115,10 +116,12 @@ impl std::fmt::Debug for LoadedCache {
     }
 }
 
-/// Serializes the caches of all layers (in order) to the bytes of a cache file.
+/// Serializes the caches of all layers (in order) of a model running on `backend` to the
+/// bytes of a cache file.
 pub fn to_bytes<'a>(
     model_id: &str,
     config: &CacheConfig,
+    backend: &Backend,
     caches: impl IntoIterator<Item = &'a dyn KvCache>,
     extra: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CacheFileError> {
@@ -134,7 +137,7 @@ pub fn to_bytes<'a>(
             }
         }
         // The settings recorded must be the ones that made these caches.
-        config.make().restore(state.clone()).map_err(|e| {
+        config.make(backend).restore(state.clone()).map_err(|e| {
             CacheFileError::Save(format!(
                 "layer {layer} does not match settings {config}: {e}"
             ))
@@ -193,10 +196,11 @@ pub fn save<'a>(
     path: &Path,
     model_id: &str,
     config: &CacheConfig,
+    backend: &Backend,
     caches: impl IntoIterator<Item = &'a dyn KvCache>,
     extra: &BTreeMap<String, String>,
 ) -> Result<(), CacheFileError> {
-    let bytes = to_bytes(model_id, config, caches, extra)?;
+    let bytes = to_bytes(model_id, config, backend, caches, extra)?;
     let io = |source| CacheFileError::Io {
         path: path.to_path_buf(),
         source,
@@ -208,17 +212,18 @@ pub fn save<'a>(
     std::fs::rename(&tmp, path).map_err(io)
 }
 
-/// Opens a cache file made for `model_id` with `config`.
+/// Opens a cache file made for `model_id` with `config`, for a model running on `backend`.
 pub fn load(
     path: &Path,
     model_id: &str,
     config: &CacheConfig,
+    backend: &Backend,
 ) -> Result<LoadedCache, CacheFileError> {
     let bytes = std::fs::read(path).map_err(|source| CacheFileError::Io {
         path: path.to_path_buf(),
         source,
     })?;
-    from_bytes(&bytes, model_id, config)
+    from_bytes(&bytes, model_id, config, backend)
 }
 
 /// Reads and checks a cache file's header (format, version, checksum) without building
@@ -302,11 +307,13 @@ pub fn resign(bytes: &[u8]) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// Opens the bytes of a cache file made for `model_id` with `config`.
+/// Opens the bytes of a cache file made for `model_id` with `config`, for a model running
+/// on `backend`.
 pub fn from_bytes(
     bytes: &[u8],
     model_id: &str,
     config: &CacheConfig,
+    backend: &Backend,
 ) -> Result<LoadedCache, CacheFileError> {
     let header = read_header(bytes)?;
     if header.model_id != model_id {
@@ -352,7 +359,7 @@ pub fn from_bytes(
     for (layer, mut state) in states.into_iter().enumerate() {
         // Restore in a fixed order, whatever order the file listed the tensors in.
         state.arrays.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut cache = config.make();
+        let mut cache = config.make(backend);
         cache.restore(state).map_err(|e| match e {
             CacheError::State(why) => CacheFileError::Corrupt(format!("layer {layer}: {why}")),
             other => CacheFileError::Cache(other),

@@ -7,7 +7,10 @@ use kivi_kernels::testdata::{Layer, Profile, XorShift};
 use mlx_rs::{Array, Dtype};
 
 use super::*;
+use crate::backend::Backend;
 use crate::cache::{CacheConfig, KiviConfig, KvCache};
+
+const HOST: Backend = Backend::HOST;
 
 const MODEL: &str = "HuggingFaceTB/SmolLM2-135M-Instruct@Q4_1";
 
@@ -24,7 +27,7 @@ fn filled(
 ) -> Vec<Box<dyn KvCache>> {
     (0..layers)
         .map(|layer| {
-            let mut cache = config.make();
+            let mut cache = config.make(&HOST);
             let data = Layer::new(layer as u64, Profile::Outliers, (9, 3, 64), tokens, 1);
             let shape = [1, 3, tokens as i32, 64];
             let keys = Array::from_slice(&data.keys, &shape)
@@ -48,7 +51,14 @@ fn bytes_of(config: &CacheConfig, caches: &[Box<dyn KvCache>]) -> Vec<u8> {
         "document".to_string(),
         "moby-dick.txt#sha256:fe28".to_string(),
     )]);
-    to_bytes(MODEL, config, caches.iter().map(|c| c.as_ref()), &extra).unwrap()
+    to_bytes(
+        MODEL,
+        config,
+        &HOST,
+        caches.iter().map(|c| c.as_ref()),
+        &extra,
+    )
+    .unwrap()
 }
 
 /// Each layer's arrays: name, shape and exact bytes.
@@ -94,7 +104,7 @@ fn round_trips_bit_for_bit() {
     ] {
         let caches = filled(&config, 3, 150, dtype);
         let bytes = bytes_of(&config, &caches);
-        let loaded = from_bytes(&bytes, MODEL, &config).unwrap();
+        let loaded = from_bytes(&bytes, MODEL, &config, &HOST).unwrap();
         assert_eq!(loaded.header.tokens, 150);
         assert_eq!(loaded.header.layers, 3);
         assert_eq!(loaded.header.config, config);
@@ -123,8 +133,8 @@ fn round_trips_bit_for_bit() {
 #[test]
 fn empty_caches_round_trip() {
     let config = kivi(2, 2, 32, 32);
-    let caches: Vec<Box<dyn KvCache>> = config.make_layers(4);
-    let loaded = from_bytes(&bytes_of(&config, &caches), MODEL, &config).unwrap();
+    let caches: Vec<Box<dyn KvCache>> = config.make_layers(4, &HOST);
+    let loaded = from_bytes(&bytes_of(&config, &caches), MODEL, &config, &HOST).unwrap();
     assert_eq!((loaded.header.tokens, loaded.caches.len()), (0, 4));
     assert!(loaded.caches.iter().all(|c| c.is_empty()));
 }
@@ -139,13 +149,14 @@ fn saves_and_loads_a_file() {
         &path,
         MODEL,
         &config,
+        &HOST,
         caches.iter().map(|c| c.as_ref()),
         &BTreeMap::new(),
     )
     .unwrap();
-    let loaded = load(&path, MODEL, &config).unwrap();
+    let loaded = load(&path, MODEL, &config, &HOST).unwrap();
     assert_eq!(contents(&loaded.caches), contents(&caches));
-    let missing = load(&dir.path().join("nope"), MODEL, &config).unwrap_err();
+    let missing = load(&dir.path().join("nope"), MODEL, &config, &HOST).unwrap_err();
     assert!(matches!(missing, CacheFileError::Io { .. }), "{missing}");
 }
 
@@ -153,11 +164,11 @@ fn saves_and_loads_a_file() {
 fn refuses_another_model_or_other_settings() {
     let config = kivi(4, 2, 32, 32);
     let bytes = bytes_of(&config, &filled(&config, 2, 80, Dtype::Float32));
-    let err = from_bytes(&bytes, "Qwen/Qwen2.5-0.5B-Instruct", &config).unwrap_err();
+    let err = from_bytes(&bytes, "Qwen/Qwen2.5-0.5B-Instruct", &config, &HOST).unwrap_err();
     assert!(matches!(err, CacheFileError::WrongModel { .. }), "{err}");
     assert!(err.to_string().contains(MODEL), "{err}");
     for other in [kivi(4, 4, 32, 32), kivi(4, 2, 32, 64), CacheConfig::Full] {
-        let err = from_bytes(&bytes, MODEL, &other).unwrap_err();
+        let err = from_bytes(&bytes, MODEL, &other, &HOST).unwrap_err();
         assert!(matches!(err, CacheFileError::WrongSettings { .. }), "{err}");
         assert!(err.to_string().contains("k4v2-g32-r32"), "{err}");
     }
@@ -169,6 +180,7 @@ fn saving_with_the_wrong_settings_is_refused() {
     let err = to_bytes(
         MODEL,
         &kivi(2, 2, 32, 32),
+        &HOST,
         caches.iter().map(|c| c.as_ref()),
         &BTreeMap::new(),
     )
@@ -184,7 +196,7 @@ fn refuses_truncated_files() {
     cuts.extend((64..bytes.len()).step_by(97));
     cuts.push(bytes.len() - 1);
     for cut in cuts {
-        let err = from_bytes(&bytes[..cut], MODEL, &config).unwrap_err();
+        let err = from_bytes(&bytes[..cut], MODEL, &config, &HOST).unwrap_err();
         assert!(
             matches!(err, CacheFileError::Length(_) | CacheFileError::Corrupt(_)),
             "cut at {cut}: {err}"
@@ -193,7 +205,7 @@ fn refuses_truncated_files() {
     let mut longer = bytes.clone();
     longer.push(0);
     assert!(matches!(
-        from_bytes(&longer, MODEL, &config),
+        from_bytes(&longer, MODEL, &config, &HOST),
         Err(CacheFileError::Length(_))
     ));
 }
@@ -211,7 +223,7 @@ fn refuses_tampered_files() {
     for at in positions {
         let mut tampered = bytes.clone();
         tampered[at] ^= 1 << (rng.next_u64() % 8);
-        let err = from_bytes(&tampered, MODEL, &config).unwrap_err();
+        let err = from_bytes(&tampered, MODEL, &config, &HOST).unwrap_err();
         if at >= header_end {
             assert!(
                 matches!(err, CacheFileError::Checksum),
@@ -291,7 +303,7 @@ fn refuses_forged_files() {
         ),
     ];
     for (what, bytes) in cases {
-        let err = from_bytes(&bytes, MODEL, &config).unwrap_err();
+        let err = from_bytes(&bytes, MODEL, &config, &HOST).unwrap_err();
         assert!(matches!(err, CacheFileError::Corrupt(_)), "{what}: {err}");
     }
     // More layers claimed than the file has tensors for.
@@ -302,7 +314,7 @@ fn refuses_forged_files() {
         &BTreeMap::new(),
     )
     .unwrap();
-    assert!(from_bytes(&two, MODEL, &config).is_ok());
+    assert!(from_bytes(&two, MODEL, &config, &HOST).is_ok());
 }
 
 #[test]
@@ -318,7 +330,7 @@ fn refuses_random_bytes() {
     junk.extend(b"{\"a\":{\"dtype\":1}");
     inputs.push(junk);
     for input in inputs {
-        assert!(from_bytes(&input, MODEL, &config).is_err());
+        assert!(from_bytes(&input, MODEL, &config, &HOST).is_err());
         assert!(read_header(&input).is_err());
     }
 }

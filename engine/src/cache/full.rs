@@ -1,16 +1,16 @@
 //! The full-precision KV cache: keys and values kept as they arrive.
 //!
-//! Two storages behind one type:
+//! Two storages behind one type, chosen by the backend:
 //!
-//! - On the CPU with float32 (Linux), host buffers `[B * H, capacity, D]` that grow with a
+//! - With the host kernels, host float32 buffers `[B * H, capacity, D]` that grow with a
 //!   little headroom (1/64 of the length, at least 4 tokens), so that a decode step writes
 //!   one token instead of copying the whole cache, and attention runs the host kernel
 //!   ([`kivi_kernels::host::attention`]: BLAS products and a vectorized softmax). Appending
 //!   by concatenation copied the whole cache every step (12.6 MB per layer at 8k tokens,
 //!   as much as attention itself reads), and MLX's CPU softmax computes `exp` one lane at
 //!   a time.
-//! - Elsewhere (Metal, half precision), MLX arrays joined by concatenation and MLX's fused
-//!   attention.
+//! - With MLX's operations (a Mac's GPU), MLX arrays in the compute dtype joined by
+//!   concatenation, and MLX's fused attention.
 //!
 //! `held_bytes` is what the buffers hold, headroom included.
 
@@ -21,15 +21,21 @@ use mlx_rs::{
 };
 
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
-use kivi_kernels::host::{
-    attention::{self as host_attention, Segment, Shape},
-    readable,
+use crate::backend::Backend;
+use kivi_kernels::{
+    host::{
+        attention::{self as host_attention, Segment, Shape},
+        readable,
+    },
+    Kernels,
 };
 
 /// Keys and values of one layer, `[B, n_kv_heads, T, D]`.
-#[derive(Default)]
 pub struct FullCache {
     store: Store,
+    /// Host buffers and the host kernels (the host backend), or MLX arrays and MLX's
+    /// attention.
+    host: bool,
 }
 
 #[derive(Default)]
@@ -152,9 +158,12 @@ impl HostKv {
 }
 
 impl FullCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
+    /// An empty cache for a model running on `backend`.
+    pub fn new(backend: Backend) -> Self {
+        Self {
+            store: Store::Empty,
+            host: backend.kernels() == Kernels::Host,
+        }
     }
 }
 
@@ -163,11 +172,6 @@ fn dims4(a: &Array) -> Option<[usize; 4]> {
         &[b, h, l, d] => Some([b as usize, h as usize, l as usize, d as usize]),
         _ => None,
     }
-}
-
-/// Whether new keys and values go to host buffers: float32 where the host kernels run.
-fn use_host(keys: &Array) -> bool {
-    keys.dtype() == Dtype::Float32 && kivi_kernels::host::enabled()
 }
 
 fn slice(a: &Array) -> Result<&[f32], CacheError> {
@@ -201,7 +205,7 @@ impl KvCache for FullCache {
                 values.shape()
             )));
         }
-        if matches!(self.store, Store::Empty) && use_host(keys) {
+        if matches!(self.store, Store::Empty) && self.host {
             self.store = Store::Host(HostKv::new(b, h, dk, dv));
         }
         match &mut self.store {
@@ -380,7 +384,7 @@ impl KvCache for FullCache {
                 values.dtype()
             ));
         }
-        self.store = if use_host(&keys) {
+        self.store = if self.host {
             let mut host = HostKv::new(b as usize, h as usize, dk as usize, dv as usize);
             let (k, v) = (readable::<f32>(&keys)?, readable::<f32>(&values)?);
             host.append(slice(&k)?, slice(&v)?, t as usize);
@@ -408,16 +412,28 @@ mod tests {
         Array::from_slice(&values, shape)
     }
 
+    /// Both storages: host buffers (the host backend) and MLX arrays (a Mac's).
+    const BACKENDS: [Backend; 2] = [
+        Backend::HOST,
+        Backend::mlx(crate::backend::Device::Cpu, crate::backend::Precision::F32),
+    ];
+
     #[test]
     fn chunks_and_single_tokens_equal_attention_over_everything() {
-        // 9 query heads over 3 KV heads, appended 37 + 1 + 1 + 300 + 5 tokens: the host
-        // buffers grow with headroom several times.
+        for backend in BACKENDS {
+            chunks_and_single_tokens(backend);
+        }
+    }
+
+    /// 9 query heads over 3 KV heads, appended 37 + 1 + 1 + 300 + 5 tokens: the host
+    /// buffers grow with headroom several times.
+    fn chunks_and_single_tokens(backend: Backend) {
         let (heads, kv, d) = (9, 3, 16);
         let total = 344;
         let keys = normals(1, &[1, kv, total, d]);
         let values = normals(2, &[1, kv, total, d]);
         let queries = normals(3, &[1, heads, total, d]);
-        let mut cache = FullCache::new();
+        let mut cache = FullCache::new(backend);
         let mut at = 0;
         for len in [37, 1, 1, 300, 5] {
             use mlx_rs::ops::indexing::IndexOp;
@@ -439,7 +455,7 @@ mod tests {
                 .zip(f32s(&want))
                 .map(|(a, b)| (a - b).abs())
                 .fold(0f32, f32::max);
-            assert!(worst < 1e-5, "after {at} tokens: {worst}");
+            assert!(worst < 1e-5, "{backend}, after {at} tokens: {worst}");
             assert_eq!(cache.len(), at as usize);
             let stats = cache.stats();
             assert_eq!(stats.fp16_bytes, (2 * kv * at * d * 2) as u64);
@@ -447,7 +463,7 @@ mod tests {
         }
         // Saved and restored, truncated: the same contents.
         let state = cache.state().unwrap();
-        let mut restored = FullCache::new();
+        let mut restored = FullCache::new(backend);
         restored.restore(state.clone()).unwrap();
         assert_eq!(restored.len(), total as usize);
         let again = restored.state().unwrap();
@@ -463,7 +479,7 @@ mod tests {
 
     #[test]
     fn the_first_append_is_held_exactly() {
-        let mut cache = FullCache::new();
+        let mut cache = FullCache::new(Backend::HOST);
         let kv = normals(4, &[1, 1, 3, 4]);
         let q = normals(5, &[1, 2, 3, 4]);
         cache.attend(&q, &kv, &kv, 0.5).unwrap();

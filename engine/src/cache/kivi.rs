@@ -8,10 +8,9 @@
 //!   `G'` is the group size clamped to the head (`QuantSpec::for_axis`);
 //! - residual keys and values `[B, H, Tr, D]` in the compute dtype.
 //!
-//! Scales, zeros and the residual window are stored in float16 when the model computes in
-//! float32 (on the CPU) and in the compute dtype otherwise ([`storage_dtype`]): a float32
-//! residual window and float32 scales would hold a K2V2 cache at 3.8x smaller than fp16
-//! instead of 5.2x. New keys and values are rounded to the storage dtype as they arrive,
+//! Scales, zeros and the residual window are stored in the backend's storage dtype
+//! ([`Backend::storage_dtype`]: float16 when the model computes in float32, the compute
+//! dtype otherwise). New keys and values are rounded to the storage dtype as they arrive,
 //! before anything is quantized, so that one prefill, any chunking and token-by-token
 //! decode still give bit-identical arrays. Attention converts back to float32 as it reads.
 //!
@@ -25,15 +24,22 @@
 //! `held_bytes` is the sum of the arrays' `nbytes()` with no slack to account for. The
 //! arrays are lazy until the caller evaluates the attention output (or calls
 //! [`KiviCache::eval`]).
+//!
+//! The backend chooses the kernels: with the host kernels, new tokens join the window on
+//! the host (`kivi_window.rs`) and attention runs the CPU kernels; with MLX, both are MLX
+//! operations, the path a Mac runs. The two give the same arrays bit for bit
+//! (`kivi_tests.rs`).
 
 use kivi_kernels::{
-    attention::{self, CacheView},
+    attention,
     mlx_quant::{self, QuantizedArray},
-    quantized_after, KernelError, KeyAxis, QuantSpec,
+    quantized_after, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
 };
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
-use super::{CacheError, CacheState, KiviConfig, KvCache, LayerKvStats};
+use super::config::KiviConfig;
+use super::{CacheError, CacheState, KvCache, LayerKvStats};
+use crate::backend::Backend;
 
 /// Shapes fixed by the first append: batch, KV heads, key and value head_dim, and the
 /// storage dtype of scales, zeros and the residual window.
@@ -74,7 +80,10 @@ pub struct KiviCache {
     residual_values: Option<Array>,
     tokens: usize,
     quantized: usize,
-    host_window: bool,
+    /// Which kernels append to the window and attend.
+    kernels: Kernels,
+    /// The dtype of scales, zeros and the residual window.
+    storage: Dtype,
 }
 
 impl std::fmt::Debug for KiviCache {
@@ -90,8 +99,12 @@ impl std::fmt::Debug for KiviCache {
 }
 
 impl KiviCache {
-    /// An empty cache.
-    pub fn new(config: KiviConfig) -> Self {
+    /// An empty cache for a model running on `backend`.
+    pub fn new(config: KiviConfig, backend: Backend) -> Self {
+        Self::empty(config, backend.kernels(), backend.storage_dtype())
+    }
+
+    fn empty(config: KiviConfig, kernels: Kernels, storage: Dtype) -> Self {
         Self {
             config,
             dims: None,
@@ -101,7 +114,8 @@ impl KiviCache {
             residual_values: None,
             tokens: 0,
             quantized: 0,
-            host_window: true,
+            kernels,
+            storage,
         }
     }
 
@@ -152,7 +166,7 @@ impl KiviCache {
 
     /// The window `held` followed by `new` (rounded to the storage dtype), split into its
     /// `flush` oldest tokens, to be quantized, and the rest, the new window; either part is
-    /// `None` when empty. On the host where [`window::applies`], else as MLX operations.
+    /// `None` when empty. On the host with the host kernels, else as MLX operations.
     fn roll(
         &self,
         held: Option<&Array>,
@@ -160,7 +174,7 @@ impl KiviCache {
         flush: usize,
         dims: Dims,
     ) -> Result<(Option<Array>, Option<Array>), CacheError> {
-        if self.host_window && window::applies(new.dtype(), dims.dtype) {
+        if self.kernels == Kernels::Host {
             return window::roll(held, new, flush);
         }
         let joined = join(held, &new.as_dtype(dims.dtype)?)?;
@@ -172,12 +186,6 @@ impl KiviCache {
         };
         // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
         Ok((old, keep.map(|a| a.contiguous()).transpose()?))
-    }
-
-    /// Whether new tokens join the residual window on the host where they can (the
-    /// default), or always through MLX operations (for comparing the two).
-    pub fn set_host_window(&mut self, on: bool) {
-        self.host_window = on;
     }
 
     /// The cache as the attention kernel reads it.
@@ -308,7 +316,7 @@ impl KiviCache {
             heads: h,
             key_dim: dk,
             value_dim: dv,
-            dtype: storage_dtype(keys.dtype()),
+            dtype: self.storage,
         };
         match self.dims {
             Some(held) if held != dims => Err(CacheError::Shape(format!(
@@ -325,16 +333,6 @@ impl KiviCache {
                 Ok(dims)
             }
         }
-    }
-}
-
-/// The dtype scales, zeros and the residual window are stored in for a model computing in
-/// `compute`: float16 for float32 (the CPU), otherwise the compute dtype (float16 or
-/// bfloat16 on Metal). Keys and values of these models stay well inside float16's range.
-pub fn storage_dtype(compute: Dtype) -> Dtype {
-    match compute {
-        Dtype::Float32 => Dtype::Float16,
-        other => other,
     }
 }
 
@@ -385,7 +383,12 @@ impl KvCache for KiviCache {
         // Append first, then attend over quantized + residual: chunk tokens that this append
         // flushed are read in quantized form, as every later step will read them.
         self.append(keys, values)?;
-        Ok(attention::attend(queries, self.view(), scale)?)
+        Ok(attention::attend(
+            queries,
+            self.view(),
+            scale,
+            self.kernels,
+        )?)
     }
 
     fn len(&self) -> usize {
@@ -463,7 +466,7 @@ impl KvCache for KiviCache {
     }
 
     fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
-        *self = Self::from_state(self.config, state)?;
+        *self = Self::from_state(self.config, self.kernels, self.storage, state)?;
         Ok(())
     }
 }

@@ -2,18 +2,23 @@
 //! against the settings and the recorded token count before the cache takes them, so a
 //! forged or damaged file is refused instead of crashing attention later.
 
-use kivi_kernels::{attention::is_float, mlx_quant::QuantizedArray, KeyAxis, QuantSpec};
+use kivi_kernels::{attention::is_float, mlx_quant::QuantizedArray, Kernels, KeyAxis, QuantSpec};
 use mlx_rs::{Array, Dtype};
 
-use super::{storage_dtype, Dims, KiviCache};
+use super::{Dims, KiviCache};
 use crate::cache::{CacheError, CacheState, KiviConfig};
 
 impl KiviCache {
     /// Rebuilds a cache from named arrays, checking that they are what a cache with these
     /// settings holds. Never panics on bad input.
-    pub(super) fn from_state(config: KiviConfig, state: CacheState) -> Result<Self, CacheError> {
+    pub(super) fn from_state(
+        config: KiviConfig,
+        kernels: Kernels,
+        storage: Dtype,
+        state: CacheState,
+    ) -> Result<Self, CacheError> {
         let bad = |why: String| CacheError::State(why);
-        let mut cache = Self::new(config);
+        let mut cache = Self::empty(config, kernels, storage);
         for (name, array) in state.arrays {
             let slot = match name.as_str() {
                 "keys.packed" | "keys.scales" | "keys.zeros" => cache
@@ -119,11 +124,16 @@ impl KiviCache {
         let Some(dims) = dims else {
             return Ok(None);
         };
-        // Scales, zeros and the window are stored in float16 or bfloat16, never float32.
-        if !is_float(dims.dtype)
-            || storage_dtype(dims.dtype) != dims.dtype
-            || dims.batch < 1
-            || dims.heads < 1
+        // Scales, zeros and the window are stored in this backend's storage dtype (float16
+        // or bfloat16, never float32).
+        if dims.dtype != self.storage && is_float(dims.dtype) {
+            return bad(format!(
+                "the cache was saved with {:?} scales and window, but this backend stores \
+                 {:?}",
+                dims.dtype, self.storage
+            ));
+        }
+        if !is_float(dims.dtype) || dims.dtype == Dtype::Float32 || dims.batch < 1 || dims.heads < 1
         {
             return bad(format!("invalid cache dimensions {dims:?}"));
         }

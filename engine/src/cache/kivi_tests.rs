@@ -11,7 +11,14 @@ use kivi_kernels::{
 use mlx_rs::{ops::indexing::TryIndexOp, Array, Dtype};
 
 use super::*;
+use crate::backend::{Device, Precision};
 use crate::cache::{FullCache, KiviConfig, KvCache};
+
+/// The host kernels (the CPU's default), MLX's operations in float32, and MLX's operations
+/// in float16 (a Mac's configuration, on the CPU).
+const HOST: Backend = Backend::HOST;
+const MLX: Backend = Backend::mlx(Device::Cpu, Precision::F32);
+const MLX16: Backend = Backend::mlx(Device::Cpu, Precision::F16);
 
 const HEADS: usize = 9;
 const KV_HEADS: usize = 3;
@@ -138,22 +145,24 @@ fn chunkings(tokens: usize, seed: u64) -> Vec<Vec<usize>> {
 fn every_chunking_gives_a_bit_identical_cache() {
     let tokens = 301;
     let stream = Stream::new(1, tokens);
-    for config in settings() {
-        let mut whole = KiviCache::new(config);
-        fill(&mut whole, &stream, &[tokens]);
-        let expected = fingerprint(&whole);
-        assert_eq!(
-            whole.quantized_len(),
-            quantized_len(tokens, config.residual_length(), config.group_size())
-        );
-        for chunks in chunkings(tokens, 2) {
-            let mut cache = KiviCache::new(config);
-            fill(&mut cache, &stream, &chunks);
-            assert_eq!(cache.len(), tokens);
-            assert!(
-                fingerprint(&cache) == expected,
-                "{config}: chunks {chunks:?} differ"
+    for backend in [HOST, MLX16] {
+        for config in settings() {
+            let mut whole = KiviCache::new(config, backend);
+            fill(&mut whole, &stream, &[tokens]);
+            let expected = fingerprint(&whole);
+            assert_eq!(
+                whole.quantized_len(),
+                quantized_len(tokens, config.residual_length(), config.group_size())
             );
+            for chunks in chunkings(tokens, 2) {
+                let mut cache = KiviCache::new(config, backend);
+                fill(&mut cache, &stream, &chunks);
+                assert_eq!(cache.len(), tokens);
+                assert!(
+                    fingerprint(&cache) == expected,
+                    "{backend} {config}: chunks {chunks:?} differ"
+                );
+            }
         }
     }
 }
@@ -166,9 +175,8 @@ fn host_and_mlx_windows_hold_the_same_bits() {
     let stream = Stream::new(6, tokens);
     for config in settings() {
         for chunks in chunkings(tokens, 7) {
-            let mut host = KiviCache::new(config);
-            let mut mlx = KiviCache::new(config);
-            mlx.set_host_window(false);
+            let mut host = KiviCache::new(config, HOST);
+            let mut mlx = KiviCache::new(config, MLX);
             fill(&mut host, &stream, &chunks);
             fill(&mut mlx, &stream, &chunks);
             assert!(
@@ -203,9 +211,8 @@ fn host_window_rounds_as_mlx_does() {
         .collect();
     let kv = Array::from_slice(&data, &[1, KV_HEADS as i32, 4, DIM as i32]);
     let config = config(2, 2, 32, 32);
-    let mut host = KiviCache::new(config);
-    let mut mlx = KiviCache::new(config);
-    mlx.set_host_window(false);
+    let mut host = KiviCache::new(config, HOST);
+    let mut mlx = KiviCache::new(config, MLX);
     for cache in [&mut host, &mut mlx] {
         cache.append(&kv, &kv).unwrap();
     }
@@ -216,7 +223,7 @@ fn host_window_rounds_as_mlx_does() {
 fn tokens_age_out_in_whole_groups() {
     let stream = Stream::new(2, 200);
     for config in settings() {
-        let mut cache = KiviCache::new(config);
+        let mut cache = KiviCache::new(config, HOST);
         for t in 1..=200 {
             let (_, k, v) = stream.chunk(t - 1, t);
             cache.append(&k, &v).unwrap();
@@ -250,45 +257,57 @@ fn attention_matches_the_reference_cache() {
             key_axis: config.key_axis(),
             storage: reference::Storage::F16,
         };
-        let mut cache = KiviCache::new(config);
-        let mut at = 0;
-        // Chunks that flush groups in their middle, then decode steps.
-        for len in [40, 1, 50, 1, 1, 70, 1, 26] {
-            let (q, k, v) = stream.chunk(at, at + len);
-            let got = cache.attend(&q, &k, &v, scale).unwrap();
-            at += len;
-            let (mut keys, mut values) = (vec![], vec![]);
-            for h in 0..KV_HEADS {
-                let (hk, hv) = stream.head(h, at);
-                let (dk, dv) = reference::dequantized_cache(hk, hv, DIM, &spec).unwrap();
-                keys.extend(dk);
-                values.extend(dv);
+        for backend in [HOST, MLX, MLX16] {
+            let mut cache = KiviCache::new(config, backend);
+            let mut at = 0;
+            // Chunks that flush groups in their middle, then decode steps.
+            for len in [40, 1, 50, 1, 1, 70, 1, 26] {
+                // The model hands the cache its own compute dtype.
+                let compute = |a: Array| a.as_dtype(backend.compute_dtype()).unwrap();
+                let (q, k, v) = stream.chunk(at, at + len);
+                let (q, k, v) = (compute(q), compute(k), compute(v));
+                let got = cache.attend(&q, &k, &v, scale).unwrap();
+                at += len;
+                let (mut keys, mut values) = (vec![], vec![]);
+                for h in 0..KV_HEADS {
+                    let (hk, hv) = stream.head(h, at);
+                    let (dk, dv) = reference::dequantized_cache(hk, hv, DIM, &spec).unwrap();
+                    keys.extend(dk);
+                    values.extend(dv);
+                }
+                let queries = f32s(&q);
+                let shape = AttnShape {
+                    heads: HEADS,
+                    kv_heads: KV_HEADS,
+                    queries: len,
+                    tokens: at,
+                    dim: DIM,
+                };
+                let want = reference_attention::attention(&queries, &keys, &values, shape, scale);
+                let err = reference_attention::compare(&f32s(&got), &want, DIM);
+                // float32 rounding on outputs of magnitude ~20 (the outlier channels). In
+                // float16 queries, scores, weights and outputs each keep 11 significant
+                // bits (2^-11 = 5e-4 relative), and the weights' errors add up over the
+                // tokens: measured up to 4.2e-3 relative, 0.1 absolute, cosine 0.99999.
+                let (relative, max_abs) = match backend.precision() {
+                    Precision::F32 => (3e-6, 5e-5),
+                    _ => (1e-2, 0.25),
+                };
+                assert!(
+                    err.relative < relative && err.max_abs < max_abs,
+                    "{backend} {config} at {at}: {err:?}"
+                );
             }
-            let queries = f32s(&q);
-            let shape = AttnShape {
-                heads: HEADS,
-                kv_heads: KV_HEADS,
-                queries: len,
-                tokens: at,
-                dim: DIM,
-            };
-            let want = reference_attention::attention(&queries, &keys, &values, shape, scale);
-            let err = reference_attention::compare(&f32s(&got), &want, DIM);
-            // float32 rounding on outputs of magnitude ~20 (the outlier channels).
-            assert!(
-                err.relative < 3e-6 && err.max_abs < 5e-5,
-                "{config} at {at}: {err:?}"
-            );
+            assert_eq!(at, tokens);
         }
-        assert_eq!(at, tokens);
     }
 }
 
 #[test]
 fn before_the_first_flush_it_equals_the_full_cache() {
     let stream = Stream::new(4, 60);
-    let mut kivi = KiviCache::new(config(2, 2, 32, 32));
-    let mut full = FullCache::new();
+    let mut kivi = KiviCache::new(config(2, 2, 32, 32), HOST);
+    let mut full = FullCache::new(HOST);
     let mut at = 0;
     for len in [20, 1, 1, 30, 1] {
         let (q, k, v) = stream.chunk(at, at + len);
@@ -313,12 +332,12 @@ fn truncate_then_refeed_reproduces_the_cache() {
     let tokens = 300;
     let stream = Stream::new(5, tokens);
     for config in settings() {
-        let mut original = KiviCache::new(config);
+        let mut original = KiviCache::new(config, HOST);
         fill(&mut original, &stream, &[tokens]);
         let expected = fingerprint(&original);
         let q = original.quantized_len();
         for len in [tokens, tokens - 3, q + 1, q, q - 1, 40, 5, 0] {
-            let mut cache = KiviCache::new(config);
+            let mut cache = KiviCache::new(config, HOST);
             fill(&mut cache, &stream, &[tokens]);
             let kept = cache.truncate(len).unwrap();
             let g = config.group_size();
@@ -357,7 +376,7 @@ fn accounting_matches_the_arrays() {
     let tokens = 250;
     let stream = Stream::new(6, tokens);
     for config in settings() {
-        let mut cache = KiviCache::new(config);
+        let mut cache = KiviCache::new(config, HOST);
         assert_eq!(
             cache.stats(),
             LayerKvStats {
@@ -404,7 +423,7 @@ fn accounting_matches_the_arrays() {
 
 #[test]
 fn shapes_are_checked() {
-    let mut cache = KiviCache::new(config(2, 2, 128, 128));
+    let mut cache = KiviCache::new(config(2, 2, 128, 128), HOST);
     let kv = Array::zeros::<f32>(&[1, 3, 4, 64]).unwrap();
     cache.append(&kv, &kv).unwrap();
     let other_heads = Array::zeros::<f32>(&[1, 2, 4, 64]).unwrap();
@@ -418,12 +437,12 @@ fn shapes_are_checked() {
         Err(CacheError::Shape(_))
     ));
     // head_dim 80 cannot be grouped along channels.
-    let mut cache = KiviCache::new(config(2, 2, 32, 32));
+    let mut cache = KiviCache::new(config(2, 2, 32, 32), HOST);
     let odd = Array::zeros::<f32>(&[1, 1, 4, 80]).unwrap();
     let err = cache.append(&odd, &odd).unwrap_err();
     assert!(err.to_string().contains("multiple of 32"), "{err}");
     // head_dim 64 with G = 128: values are grouped by 64.
-    let mut cache = KiviCache::new(config(2, 2, 128, 0));
+    let mut cache = KiviCache::new(config(2, 2, 128, 0), HOST);
     let stream = Stream::new(7, 128);
     fill(&mut cache, &stream, &[128]);
     let values = cache
@@ -440,7 +459,7 @@ fn shapes_are_checked() {
 #[test]
 fn a_float32_state_is_refused() {
     let stream = Stream::new(9, 100);
-    let mut cache = KiviCache::new(config(2, 2, 32, 32));
+    let mut cache = KiviCache::new(config(2, 2, 32, 32), HOST);
     fill(&mut cache, &stream, &[100]);
     let state = cache.state().unwrap();
     let mut widened = state.clone();
@@ -449,7 +468,7 @@ fn a_float32_state_is_refused() {
             *a = a.as_dtype(Dtype::Float32).unwrap();
         }
     }
-    let mut restored = KiviCache::new(config(2, 2, 32, 32));
+    let mut restored = KiviCache::new(config(2, 2, 32, 32), HOST);
     let err = restored.restore(widened).unwrap_err();
     assert!(matches!(err, CacheError::State(_)), "{err}");
     restored.restore(state).unwrap();
@@ -473,9 +492,9 @@ fn compression_at_4096_tokens() {
     for r in [32, 128] {
         for (kb, vb) in [(4, 4), (4, 2), (2, 4), (2, 2)] {
             let config = config(kb, vb, 32, r);
-            let mut cpu = KiviCache::new(config);
+            let mut cpu = KiviCache::new(config, HOST);
             cpu.append(&stream.keys, &stream.values).unwrap();
-            let mut half = KiviCache::new(config);
+            let mut half = KiviCache::new(config, MLX16);
             half.append(&f16.0, &f16.1).unwrap();
             let (cpu, half) = (cpu.stats(), half.stats());
             assert_eq!(cpu, half, "K{kb}V{vb} R={r}");
@@ -500,4 +519,75 @@ pub(super) fn f32s(a: &Array) -> Vec<f32> {
         .unwrap()
         .as_slice::<f32>()
         .to_vec()
+}
+
+/// The quantized history is what the reference quantizer makes of the same stream (rounded
+/// to float16 first, with float16 scales and zeros), bit for bit: packed codes, scales and
+/// zeros of every head, on every backend, float16 MLX (a Mac's configuration) included.
+#[test]
+fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
+    let tokens = 301;
+    let stream = Stream::new(10, tokens);
+    let f16_bits = |x: f32| u32::from(half::f16::from_f32(x).to_bits());
+    for backend in [HOST, MLX, MLX16] {
+        for config in [
+            config(2, 2, 32, 32),
+            config(4, 4, 32, 128),
+            config(4, 2, 64, 128),
+        ] {
+            let mut cache = KiviCache::new(config, backend);
+            let compute = |a: Array| a.as_dtype(backend.compute_dtype()).unwrap();
+            let mut at = 0;
+            for len in [100, 1, 1, 199] {
+                let (_, k, v) = stream.chunk(at, at + len);
+                cache.append(&compute(k), &compute(v)).unwrap();
+                at += len;
+            }
+            let q = cache.quantized_len();
+            assert_eq!(
+                q,
+                quantized_len(tokens, config.residual_length(), config.group_size())
+            );
+            let held: std::collections::HashMap<String, Vec<u32>> = fingerprint(&cache)
+                .into_iter()
+                .map(|(name, bits)| (name.split(' ').next().unwrap().to_string(), bits))
+                .collect();
+            let storage = reference::Storage::F16;
+            let (mut want_k, mut want_v) = (
+                [Vec::new(), Vec::new(), Vec::new()],
+                [Vec::new(), Vec::new(), Vec::new()],
+            );
+            for h in 0..KV_HEADS {
+                let (hk, hv) = stream.head(h, q);
+                let rounded = |x: &[f32]| x.iter().map(|&v| storage.round(v)).collect::<Vec<_>>();
+                let keys = reference::quantize_rows_stored(
+                    &reference::transpose(&rounded(hk), q, DIM),
+                    DIM,
+                    q,
+                    config.key_spec(),
+                    storage,
+                )
+                .unwrap();
+                let values = reference::quantize_rows_stored(
+                    &rounded(hv),
+                    q,
+                    DIM,
+                    config.value_spec().for_axis(DIM).unwrap(),
+                    storage,
+                )
+                .unwrap();
+                for (want, m) in [(&mut want_k, keys), (&mut want_v, values)] {
+                    want[0].extend(m.packed);
+                    want[1].extend(m.scales.iter().map(|&x| f16_bits(x)));
+                    want[2].extend(m.zeros.iter().map(|&x| f16_bits(x)));
+                }
+            }
+            for (prefix, want) in [("keys", want_k), ("values", want_v)] {
+                for (part, want) in ["packed", "scales", "zeros"].iter().zip(want) {
+                    let name = format!("{prefix}.{part}");
+                    assert!(held[&name] == want, "{backend} {config}: {name} differs");
+                }
+            }
+        }
+    }
 }

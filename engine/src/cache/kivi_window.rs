@@ -1,4 +1,4 @@
-//! The residual window's append on host memory, for the CPU.
+//! The residual window's append on host memory, for the host kernels.
 //!
 //! A decode step appends one token per layer. Done as MLX operations (a float16 conversion,
 //! a concatenation and a copy for keys and for values), that is six operations the fused
@@ -14,13 +14,14 @@
 
 use half::{f16, slice::HalfFloatSliceExt};
 use kivi_kernels::host::readable;
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
-use super::CacheError;
+use crate::cache::CacheError;
 
 /// The window `held` (float16, `[B, H, Tr, D]`) followed by `new` (float32,
 /// `[B, H, L, D]`), split after its `flush` oldest tokens. Either part is `None` when
-/// empty.
+/// empty. The host backend computes in float32 and stores in float16; other dtypes are
+/// converted as they are read.
 pub(super) fn roll(
     held: Option<&Array>,
     new: &Array,
@@ -81,10 +82,4 @@ pub(super) fn roll(
 fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], CacheError> {
     a.try_as_slice::<T>()
         .map_err(|e| CacheError::Shape(format!("cannot read the KV window on the host: {e}")))
-}
-
-/// Whether the window of a cache storing `storage` gets new tokens of `dtype` on the host:
-/// float32 tokens into a float16 window, where the host kernels run (the CPU build).
-pub(super) fn applies(dtype: Dtype, storage: Dtype) -> bool {
-    dtype == Dtype::Float32 && storage == Dtype::Float16 && kivi_kernels::host::enabled()
 }

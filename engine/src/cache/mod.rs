@@ -7,17 +7,19 @@
 //!
 //! - [`FullCache`]: keys and values as they arrive.
 //! - [`KiviCache`]: KIVI, quantized history plus a full-precision residual window.
-//! - [`CacheConfig`] / [`KiviConfig`]: which cache to make, validated and serializable.
+//! - [`CacheConfig`] / [`KiviConfig`]: which cache to make ([`CacheConfig::make`], for the
+//!   backend the model runs on), validated and serializable.
 //! - [`file`]: saving a model's caches and reopening them without a new prefill.
 
 mod config;
 pub mod file;
 mod full;
 mod kivi;
+mod make;
 
 pub use config::{CacheConfig, ConfigError, KiviConfig};
 pub use full::FullCache;
-pub use kivi::{storage_dtype, KiviBytes, KiviCache};
+pub use kivi::{KiviBytes, KiviCache};
 pub use kivi_kernels::KeyAxis;
 
 use mlx_rs::Array;

@@ -13,22 +13,23 @@
 //! Attention goes through the layer's [`KvCache`], which appends the new keys and values
 //! and attends over everything it holds; grouped-query heads are the cache's business.
 //!
-//! Each block has two forwards: the MLX one (any number of positions, any device), and a
-//! one-position twin on host memory (`forward_host`) that the CPU uses for decode steps,
-//! where MLX's per-operation thread hand-offs cost more than the arithmetic (see
-//! [`host`]). `tests/host_steps.rs` holds the two to the same logits.
+//! Each block is written once, over the operations of [`Ops`]; the backend the model was
+//! loaded with decides which implementation runs a step: MLX's operations (any number of
+//! positions, the Mac's GPU path) or the host kernels (the CPU's decode steps).
+//! `tests/host_steps.rs` holds the two to the same logits.
 
-use mlx_rs::{nn::silu, ops::indexing::IndexOp, Array};
+use mlx_rs::{ops::indexing::IndexOp, Array};
 
 use super::config::ModelConfig;
-use super::host;
+use super::host_ops::HostOps;
 use super::layers::{Embedding, Linear, RmsNorm};
+use super::mlx_ops::MlxOps;
+use super::ops::Ops;
 use super::rope::Rope;
+use crate::backend::Backend;
 use crate::cache::KvCache;
 use crate::error::{LoadError, ModelError};
 use crate::weights::Weights;
-
-type MlxResult<T> = Result<T, mlx_rs::error::Exception>;
 
 /// Multi-head attention with grouped key/value heads.
 struct Attention {
@@ -36,9 +37,8 @@ struct Attention {
     k_proj: Linear,
     v_proj: Linear,
     o_proj: Linear,
-    n_heads: i32,
-    n_kv_heads: i32,
-    head_dim: i32,
+    n_heads: usize,
+    n_kv_heads: usize,
     scale: f32,
 }
 
@@ -49,65 +49,28 @@ impl Attention {
             k_proj: w.linear(&format!("{prefix}.k_proj"), c.qkv_bias)?,
             v_proj: w.linear(&format!("{prefix}.v_proj"), c.qkv_bias)?,
             o_proj: w.linear(&format!("{prefix}.o_proj"), false)?,
-            n_heads: c.num_heads as i32,
-            n_kv_heads: c.num_kv_heads as i32,
-            head_dim: c.head_dim as i32,
+            n_heads: c.num_heads,
+            n_kv_heads: c.num_kv_heads,
             scale: (c.head_dim as f32).powf(-0.5),
         })
     }
 
-    /// `x` is `[B, L, hidden]`; the chunk's first position is the cache's length.
-    fn forward(
+    /// The chunk's first position is the cache's length.
+    fn forward<O: Ops>(
         &self,
-        x: &Array,
+        o: &O,
+        x: &O::Rows,
         rope: &Rope,
         cache: &mut dyn KvCache,
-    ) -> Result<Array, ModelError> {
-        let (b, l) = (x.dim(0), x.dim(1));
-        // [B, L, heads * D] -> [B, heads, L, D]
-        let heads = |y: Array, n: i32| -> MlxResult<Array> {
-            y.reshape(&[b, l, n, self.head_dim])?
-                .transpose_axes(&[0, 2, 1, 3])
-        };
+    ) -> Result<O::Rows, ModelError> {
         let offset = cache.len();
-        let q = rope.apply(&heads(self.q_proj.forward(x)?, self.n_heads)?, offset)?;
-        let k = rope.apply(&heads(self.k_proj.forward(x)?, self.n_kv_heads)?, offset)?;
-        let v = heads(self.v_proj.forward(x)?, self.n_kv_heads)?;
-        let out = cache.attend(&q, &k, &v, self.scale)?;
-        let out =
-            out.transpose_axes(&[0, 2, 1, 3])?
-                .reshape(&[b, l, self.n_heads * self.head_dim])?;
-        Ok(self.o_proj.forward(&out)?)
-    }
-
-    /// [`Attention::forward`] for one position on host memory (`x` is `[hidden]`). With one
-    /// position, `[heads * D]` is already the `[1, heads, 1, D]` layout the cache takes.
-    fn forward_host(
-        &self,
-        x: &[f32],
-        rope: &Rope,
-        cache: &mut dyn KvCache,
-    ) -> Result<Vec<f32>, ModelError> {
-        let offset = cache.len();
-        let mut q = self.q_proj.forward_host(x)?;
-        let mut k = self.k_proj.forward_host(x)?;
-        let v = self.v_proj.forward_host(x)?;
-        rope.apply_host(&mut q, offset);
-        rope.apply_host(&mut k, offset);
-        let shape = |n: i32| [1, n, 1, self.head_dim];
-        let out = cache.attend(
-            &Array::from_slice(&q, &shape(self.n_heads)),
-            &Array::from_slice(&k, &shape(self.n_kv_heads)),
-            &Array::from_slice(&v, &shape(self.n_kv_heads)),
-            self.scale,
-        )?;
-        self.o_proj.forward_host(&host::host_vec(&out)?)
-    }
-
-    fn on_host(&self) -> bool {
-        [&self.q_proj, &self.k_proj, &self.v_proj, &self.o_proj]
-            .iter()
-            .all(|l| l.on_host())
+        let q = o.split_heads(linear(o, &self.q_proj, x)?, self.n_heads)?;
+        let k = o.split_heads(linear(o, &self.k_proj, x)?, self.n_kv_heads)?;
+        let v = o.split_heads(linear(o, &self.v_proj, x)?, self.n_kv_heads)?;
+        let q = o.rope(rope, q, offset)?;
+        let k = o.rope(rope, k, offset)?;
+        let out = o.attend(cache, q, k, v, self.scale)?;
+        linear(o, &self.o_proj, &o.merge_heads(out)?)
     }
 }
 
@@ -127,22 +90,10 @@ impl Mlp {
         })
     }
 
-    fn forward(&self, x: &Array) -> MlxResult<Array> {
-        let gate = silu(self.gate_proj.forward(x)?)?;
-        self.down_proj
-            .forward(&gate.multiply(self.up_proj.forward(x)?)?)
-    }
-
-    fn forward_host(&self, x: &[f32]) -> Result<Vec<f32>, ModelError> {
-        let mut gate = self.gate_proj.forward_host(x)?;
-        host::silu_times(&mut gate, &self.up_proj.forward_host(x)?);
-        self.down_proj.forward_host(&gate)
-    }
-
-    fn on_host(&self) -> bool {
-        [&self.gate_proj, &self.up_proj, &self.down_proj]
-            .iter()
-            .all(|l| l.on_host())
+    fn forward<O: Ops>(&self, o: &O, x: &O::Rows) -> Result<O::Rows, ModelError> {
+        let gate = linear(o, &self.gate_proj, x)?;
+        let up = linear(o, &self.up_proj, x)?;
+        linear(o, &self.down_proj, &o.silu_times(gate, &up)?)
     }
 }
 
@@ -155,47 +106,27 @@ struct Block {
 }
 
 impl Block {
-    fn forward(
+    fn forward<O: Ops>(
         &self,
-        x: &Array,
+        o: &O,
+        x: O::Rows,
         rope: &Rope,
         cache: &mut dyn KvCache,
-    ) -> Result<Array, ModelError> {
-        let h = x.add(
-            self.self_attn
-                .forward(&self.input_layernorm.forward(x)?, rope, cache)?,
-        )?;
-        let out = h.add(
-            self.mlp
-                .forward(&self.post_attention_layernorm.forward(&h)?)?,
-        )?;
-        Ok(out)
-    }
-
-    /// [`Block::forward`] for one position on host memory, updating `x` in place.
-    fn forward_host(
-        &self,
-        x: &mut [f32],
-        rope: &Rope,
-        cache: &mut dyn KvCache,
-    ) -> Result<(), ModelError> {
+    ) -> Result<O::Rows, ModelError> {
         let attended =
             self.self_attn
-                .forward_host(&self.input_layernorm.forward_host(x)?, rope, cache)?;
-        host::add_in_place(x, &attended);
+                .forward(o, &o.rms_norm(&self.input_layernorm, &x)?, rope, cache)?;
+        let h = o.add(x, &attended)?;
         let mlp = self
             .mlp
-            .forward_host(&self.post_attention_layernorm.forward_host(x)?)?;
-        host::add_in_place(x, &mlp);
-        Ok(())
+            .forward(o, &o.rms_norm(&self.post_attention_layernorm, &h)?)?;
+        o.add(h, &mlp)
     }
+}
 
-    fn on_host(&self) -> bool {
-        self.input_layernorm.on_host()
-            && self.post_attention_layernorm.on_host()
-            && self.self_attn.on_host()
-            && self.mlp.on_host()
-    }
+/// `x W^T + b` for one of the model's linear layers.
+fn linear<O: Ops>(o: &O, layer: &Linear, x: &O::Rows) -> Result<O::Rows, ModelError> {
+    o.linear(&layer.weight, layer.bias.as_ref(), x)
 }
 
 /// A Llama-architecture causal language model.
@@ -207,13 +138,13 @@ pub struct Llama {
     /// `None` when the output projection is the embedding table (tied embeddings).
     lm_head: Option<Linear>,
     rope: Rope,
-    /// One-token steps run on host memory ([`host`]): on the CPU, when every weight is
-    /// there in float32.
-    host_steps: bool,
+    /// Where and how it runs; its weights are in the backend's compute dtype.
+    backend: Backend,
 }
 
 impl Llama {
-    /// Builds the model from a checkpoint's tensors (Hugging Face names).
+    /// Builds the model from a checkpoint's tensors (Hugging Face names). It runs on the
+    /// backend the weights were prepared for.
     pub fn load(config: ModelConfig, w: &mut Weights) -> Result<Self, LoadError> {
         config.validate()?;
         let layers = (0..config.num_layers)
@@ -238,33 +169,25 @@ impl Llama {
         } else {
             None
         };
-        let mut model = Self {
+        Ok(Self {
             rope: Rope::new(&config.rope, config.head_dim),
             embed_tokens: w.embedding("model.embed_tokens")?,
             norm: w.rms_norm("model.norm", config.rms_norm_eps)?,
             layers,
             lm_head,
             config,
-            host_steps: false,
-        };
-        model.set_host_steps(host::host_decode());
-        Ok(model)
-    }
-
-    /// Runs one-token steps on host memory (`on`, where the weights allow it) or through
-    /// MLX; returns whether host steps are now on. For tests and benchmarks that compare
-    /// the two paths in one process.
-    pub fn set_host_steps(&mut self, on: bool) -> bool {
-        self.host_steps = on
-            && self.embed_tokens.on_host()
-            && self.norm.on_host()
-            && self.layers.iter().all(Block::on_host);
-        self.host_steps
+            backend: w.backend(),
+        })
     }
 
     /// The model's hyper-parameters.
     pub fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    /// The backend it runs on.
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// Runs `tokens` (the positions after what the caches hold) through the network and
@@ -284,34 +207,56 @@ impl Llama {
         if tokens.is_empty() {
             return Err(ModelError::Input("no tokens to run".into()));
         }
-        if let (&[token], true) = (tokens, self.host_steps) {
-            let mut x = self.embed_tokens.row_host(token)?;
-            for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-                layer.forward_host(&mut x, &self.rope, cache.as_mut())?;
+        self.backend.scoped(|| {
+            if self.backend.host_step(tokens.len()) {
+                self.run(&HostOps::new(&self.backend), tokens, caches)
+            } else {
+                self.run(&MlxOps::new(&self.backend), tokens, caches)
             }
-            let hidden = self.norm.forward_host(&x)?;
-            return Ok(Array::from_slice(&hidden, &[1, 1, hidden.len() as i32]));
+        })
+    }
+
+    fn run<O: Ops>(
+        &self,
+        o: &O,
+        tokens: &[u32],
+        caches: &mut [Box<dyn KvCache>],
+    ) -> Result<Array, ModelError> {
+        let mut h = o.embed(&self.embed_tokens, tokens)?;
+        for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
+            h = layer.forward(o, h, &self.rope, cache.as_mut())?;
+            o.check(&h, &|| format!("the hidden states after block {i}"))?;
         }
-        let ids = Array::from_slice(tokens, &[1, tokens.len() as i32]);
-        let mut h = self.embed_tokens.forward(&ids)?;
-        for (layer, cache) in self.layers.iter().zip(caches.iter_mut()) {
-            h = layer.forward(&h, &self.rope, cache.as_mut())?;
-        }
-        Ok(self.norm.forward(&h)?)
+        o.array_of(o.rms_norm(&self.norm, &h)?)
     }
 
     /// Logits `[1, L, vocab]` for hidden states `[1, L, hidden]`.
     pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        Ok(match &self.lm_head {
-            Some(head) => head.forward(hidden)?,
-            None => self.embed_tokens.as_linear(hidden)?,
+        let rows = hidden.size() / hidden.dim(-1).max(1) as usize;
+        self.backend.scoped(|| {
+            if self.backend.host_step(rows) {
+                self.head(&HostOps::new(&self.backend), hidden)
+            } else {
+                self.head(&MlxOps::new(&self.backend), hidden)
+            }
         })
+    }
+
+    fn head<O: Ops>(&self, o: &O, hidden: &Array) -> Result<Array, ModelError> {
+        let x = o.rows_of(hidden)?;
+        let logits = match &self.lm_head {
+            Some(head) => linear(o, head, &x)?,
+            None => o.linear(&self.embed_tokens.table, None, &x)?,
+        };
+        o.array_of(logits)
     }
 
     /// Logits of the last position only, `[vocab]`: what generation needs, without
     /// projecting every prompt position onto the vocabulary.
     pub fn last_logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        let last = hidden.index((.., -1.., ..));
-        Ok(self.logits(&last)?.reshape(&[-1])?)
+        self.backend.scoped(|| {
+            let last = hidden.index((.., -1.., ..));
+            Ok(self.logits(&last)?.reshape(&[-1])?)
+        })
     }
 }

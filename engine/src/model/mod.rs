@@ -1,9 +1,12 @@
-//! Language models: hyper-parameters, building blocks, and the Llama-family decoder.
+//! Language models: hyper-parameters, building blocks, the Llama-family decoder, and the
+//! operations it is written in (MLX's, or the host kernels').
 
 pub mod config;
-pub mod host;
+mod host_ops;
 pub mod layers;
 pub mod llama;
+mod mlx_ops;
+mod ops;
 pub mod rope;
 
 pub use config::{Family, ModelConfig, RopeConfig, RopeScaling};

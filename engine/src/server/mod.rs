@@ -24,6 +24,7 @@
 
 mod api;
 mod error;
+mod meta;
 mod params;
 mod queue;
 mod routes;
@@ -33,9 +34,8 @@ mod stop;
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -43,7 +43,6 @@ use tokio_util::sync::CancellationToken;
 pub use api::{KvUsage, PromptTokensDetails, Timings, Usage};
 
 use crate::session::Engine;
-use params::Endpoint;
 use queue::Queue;
 use routes::Shared;
 
@@ -201,7 +200,7 @@ pub fn start(engine: Arc<Engine>, config: ServerConfig) -> Result<ServerHandle, 
         token: config.token.filter(|t| !t.is_empty()),
         queue: Queue::new(config.queue_capacity),
         shutdown: shutdown.clone(),
-        created: unix_now(),
+        created: meta::unix_now(),
     });
     let app = routes::router(state, config.cors);
     let signal = shutdown.clone().cancelled_owned();
@@ -217,37 +216,4 @@ pub fn start(engine: Arc<Engine>, config: ServerConfig) -> Result<ServerHandle, 
         shutdown,
         task: Some(task),
     })
-}
-
-/// Id, time and model of one response (every chunk of a stream repeats them).
-#[derive(Debug, Clone)]
-pub(crate) struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-}
-
-impl Meta {
-    fn new(endpoint: Endpoint, model: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let prefix = match endpoint {
-            Endpoint::Chat => "chatcmpl",
-            Endpoint::Completions => "cmpl",
-        };
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        Self {
-            id: format!("{prefix}-{nanos:x}{n:04x}"),
-            created: unix_now(),
-            model: model.to_string(),
-        }
-    }
-}
-
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

@@ -19,10 +19,11 @@ use super::api::{
     AssistantMessage, ChatChoice, ChatCompletion, ModelCard, ModelList, TextChoice, TextCompletion,
 };
 use super::error::ApiError;
+use super::meta::Meta;
 use super::params::{self, Endpoint};
 use super::queue::Queue;
 use super::run::{Job, Step};
-use super::{sse, Meta};
+use super::sse;
 use crate::session::Engine;
 
 /// Largest request body: long documents fit; a runaway upload does not.

@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
 use super::api::{ChatChunk, ChunkChoice, Delta, TextChoice, TextCompletion, Usage};
+use super::meta::Meta;
 use super::params::Endpoint;
 use super::run::{Job, Step};
-use super::Meta;
 
 /// How often an idle stream sends a comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(5);

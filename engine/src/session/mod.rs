@@ -27,6 +27,9 @@
 //! # Ok(()) }
 //! ```
 
+mod conversation;
+mod error;
+mod options;
 pub mod prefix;
 pub mod prompt;
 pub mod request;
@@ -34,125 +37,20 @@ mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
 pub use crate::cache::CacheConfig;
+pub use conversation::ConversationCache;
+pub use error::EngineError;
+pub use options::{EngineOptions, DEFAULT_STATS_INTERVAL};
 pub use request::{Document, Event, FinishReason, ModelSource, Prompt, Request};
-pub use worker::DEFAULT_STATS_INTERVAL;
 
-use crate::error::{LoadError, ModelError};
-use crate::hub::{
-    DownloadOptions, FileSelection, HubClient, ProgressSink, Revision, SnapshotRequest,
-};
+use crate::backend::Backend;
+use crate::error::LoadError;
+use crate::hub::{DownloadOptions, FileSelection, HubClient, Revision, SnapshotRequest};
 use crate::loader::{load_local, ModelInfo};
-use crate::stats::KvStats;
-use crate::tokenizer::{TemplateError, TokenizerError};
 use worker::{Command, Worker};
-
-/// Why the engine could not do what was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    /// The model could not be loaded.
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// Running the model failed.
-    #[error(transparent)]
-    Model(#[from] ModelError),
-    /// Encoding or decoding failed.
-    #[error(transparent)]
-    Tokenizer(#[from] TokenizerError),
-    /// The chat template failed on this conversation.
-    #[error(transparent)]
-    Template(#[from] TemplateError),
-    /// The prompt does not fit the context window.
-    #[error(
-        "the prompt is {prompt_tokens} tokens but the context holds {context_length}: \
-         shorten the conversation or the documents, or raise the context length"
-    )]
-    ContextOverflow {
-        /// Prompt length.
-        prompt_tokens: usize,
-        /// Context window.
-        context_length: usize,
-    },
-    /// The requested context is longer than the model was trained for.
-    #[error("context length {requested} exceeds the model's {max}")]
-    ContextTooLong {
-        /// Asked for.
-        requested: usize,
-        /// The model's limit.
-        max: usize,
-    },
-    /// The prompt rendered to no tokens.
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    /// The model could not be fetched from the hub.
-    #[error("hub: {0}")]
-    Hub(String),
-    /// The model thread is gone (it panicked or the engine was shut down).
-    #[error("the model thread has stopped")]
-    WorkerGone,
-    /// The model thread could not be started.
-    #[error("cannot start the model thread: {0}")]
-    Spawn(std::io::Error),
-}
-
-impl From<mlx_rs::error::Exception> for EngineError {
-    fn from(e: mlx_rs::error::Exception) -> Self {
-        EngineError::Model(ModelError::Mlx(e))
-    }
-}
-
-impl From<crate::cache::CacheError> for EngineError {
-    fn from(e: crate::cache::CacheError) -> Self {
-        EngineError::Model(ModelError::Cache(e))
-    }
-}
-
-/// How to load and run a model.
-#[derive(Clone)]
-pub struct EngineOptions {
-    /// The model.
-    pub source: ModelSource,
-    /// Default KV cache of requests that do not choose one.
-    pub cache: CacheConfig,
-    /// Context window; `None` uses the model's training context.
-    pub context_length: Option<usize>,
-    /// Prompt tokens per prefill step (cancellation and progress are per chunk).
-    pub prefill_chunk: usize,
-    /// Conversations whose caches are kept for prefix reuse.
-    pub max_cached_conversations: usize,
-    /// Rate of statistics events while the prompt runs.
-    pub stats_interval: Duration,
-    /// Receives download progress when the source is a hub repository.
-    pub download_progress: ProgressSink,
-    /// Hugging Face token for gated or private hub repositories (default: `HF_TOKEN`).
-    pub hub_token: Option<String>,
-    /// Memory the model may take, in bytes; `None` asks the system what is available.
-    /// Loading refuses a model whose weights and KV cache for the whole context (in the
-    /// default cache settings) would not fit (see [`crate::budget`]).
-    pub available_memory: Option<u64>,
-}
-
-impl EngineOptions {
-    /// Defaults: full cache, the model's context, 256-token prefill chunks, two cached
-    /// conversations, statistics every 250 ms.
-    pub fn new(source: ModelSource) -> Self {
-        Self {
-            source,
-            cache: CacheConfig::Full,
-            context_length: None,
-            prefill_chunk: 256,
-            max_cached_conversations: 2,
-            stats_interval: DEFAULT_STATS_INTERVAL,
-            download_progress: ProgressSink::default(),
-            hub_token: std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()),
-            available_memory: None,
-        }
-    }
-}
 
 /// A loaded model behind its thread. Cheap to share behind an `Arc`; requests run one at
 /// a time in the order they were made.
@@ -186,13 +84,21 @@ impl Engine {
         let worker = std::thread::Builder::new()
             .name("kivi-model".into())
             .spawn(move || {
-                let fits = crate::budget::check_fits(
-                    &path,
-                    options.context_length,
-                    &options.cache,
-                    options.available_memory,
-                );
-                let loaded = match fits.and_then(|_| load_local(&path)) {
+                let backend = options
+                    .backend
+                    .map_or_else(Backend::chosen, Ok)
+                    .map_err(LoadError::from);
+                let loaded = backend.and_then(|backend| {
+                    crate::budget::check_fits(
+                        &path,
+                        options.context_length,
+                        &options.cache,
+                        &backend,
+                        options.available_memory,
+                    )?;
+                    load_local(&path, backend)
+                });
+                let loaded = match loaded {
                     Ok(loaded) => loaded,
                     Err(e) => {
                         let _ = ready_tx.send(Err(EngineError::Load(e)));
@@ -311,19 +217,6 @@ impl Engine {
         self.send(Command::Conversations { reply })?;
         answer.await.map_err(|_| EngineError::WorkerGone)
     }
-}
-
-/// A conversation's live KV cache.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConversationCache {
-    /// The name given to [`Engine::generate_in`].
-    pub conversation: String,
-    /// The settings the cache was built with.
-    pub cache: CacheConfig,
-    /// Tokens it holds.
-    pub tokens: usize,
-    /// Its accounting, from the real buffers.
-    pub kv: KvStats,
 }
 
 impl Drop for Engine {

@@ -117,7 +117,10 @@ mod tests {
     use crate::cache::FullCache;
 
     fn slot(tokens: &[u32]) -> Slot {
-        let mut s = Slot::new(CacheConfig::Full, vec![Box::new(FullCache::new())]);
+        let mut s = Slot::new(
+            CacheConfig::Full,
+            vec![Box::new(FullCache::new(crate::backend::Backend::HOST))],
+        );
         s.tokens = tokens.to_vec();
         s
     }

@@ -1,7 +1,7 @@
 //! Turning a [`Prompt`] into token ids.
 
+use super::error::EngineError;
 use super::request::{Document, Prompt};
-use super::EngineError;
 use crate::tokenizer::{Message, Role, Tokenizer};
 
 /// Renders and tokenizes a prompt.

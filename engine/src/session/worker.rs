@@ -3,15 +3,18 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mlx_rs::{Array, Dtype};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 
+use super::conversation::ConversationCache;
+use super::error::EngineError;
+use super::options::EngineOptions;
 use super::prefix::{self, Slot};
+use super::prompt;
 use super::request::{Event, FinishReason, Prompt, Request};
-use super::{prompt, ConversationCache, EngineError, EngineOptions};
 use crate::cache::CacheConfig;
 use crate::loader::LoadedModel;
 use crate::sampling::Sampler;
@@ -159,7 +162,7 @@ impl Worker {
         };
         let layers = self.loaded.model.config().num_layers;
         if index == self.slots.len() {
-            let caches = choice.make_layers(layers);
+            let caches = choice.make_layers(layers, self.loaded.model.backend());
             self.slots.push(Slot::new(choice, caches));
         }
         let slot = &mut self.slots[index];
@@ -167,7 +170,10 @@ impl Worker {
         // in use, or a conversation whose settings changed) gets new caches: truncating its
         // old ones would run this request on the old settings.
         if slot.choice != choice {
-            slot.rebuild(choice, choice.make_layers(layers));
+            slot.rebuild(
+                choice,
+                choice.make_layers(layers, self.loaded.model.backend()),
+            );
         }
         slot.conversation = conversation;
         // At least the last prompt token must run, to get the logits of what follows.
@@ -206,7 +212,7 @@ impl Worker {
             elapsed_s: now.duration_since(clock.start).as_secs_f64(),
             kv: KvStats::from_caches(&slot.caches),
             memory: self.memory.read(),
-            device: self.loaded.info.device,
+            backend: self.loaded.info.backend,
             cache: slot.choice.to_string(),
         }
     }
@@ -406,6 +412,3 @@ fn to_f32_vec(logits: &Array) -> Result<Vec<f32>, EngineError> {
     logits.eval()?;
     Ok(logits.as_slice::<f32>().to_vec())
 }
-
-/// Default rate of statistics events during prefill.
-pub const DEFAULT_STATS_INTERVAL: Duration = Duration::from_millis(250);

@@ -11,6 +11,7 @@ use mlx_rs::io::GgufFile;
 use mlx_rs::Dtype;
 
 use super::{QuantScheme, Weights};
+use crate::backend::Backend;
 use crate::error::LoadError;
 use crate::model::config::{Family, ModelConfig, RopeConfig, RopeScaling};
 
@@ -53,6 +54,11 @@ impl Gguf {
         &self.header
     }
 
+    /// The validated header's metadata, with errors naming the file.
+    fn meta<T>(&self, got: Result<T, crate::gguf::GgufError>) -> Result<T, LoadError> {
+        got.map_err(|source| crate::gguf::load_error(&self.path, source))
+    }
+
     fn gguf_err(&self, source: mlx_rs::io::GgufError) -> LoadError {
         LoadError::Gguf {
             path: self.path.clone(),
@@ -62,35 +68,25 @@ impl Gguf {
 
     /// A string metadata value.
     pub fn string(&self, key: &str) -> Result<Option<String>, LoadError> {
-        self.file
-            .get_metadata_string(key)
-            .map_err(|e| self.gguf_err(e))
+        let value = self.meta(self.header.metadata.string(key))?;
+        Ok(value.map(str::to_string))
     }
 
     /// A list-of-strings metadata value.
     pub fn strings(&self, key: &str) -> Result<Option<Vec<String>>, LoadError> {
-        self.file
-            .get_metadata_strings(key)
-            .map_err(|e| self.gguf_err(e))
+        let value = self.meta(self.header.metadata.strings(key))?;
+        Ok(value.map(<[String]>::to_vec))
     }
 
-    /// A numeric (or boolean) metadata array, as `f64`s.
+    /// A numeric (or boolean) metadata array, as `f64`s, from the header the project's own
+    /// reader parsed (never through an MLX array: MLX refuses float64 on a GPU stream).
     pub fn numbers(&self, key: &str) -> Result<Option<Vec<f64>>, LoadError> {
-        let Some(array) = self
-            .file
-            .get_metadata_array(key)
-            .map_err(|e| self.gguf_err(e))?
-        else {
-            return Ok(None);
-        };
-        let array = array.as_dtype(Dtype::Float64)?;
-        array.eval()?;
-        Ok(Some(array.as_slice::<f64>().to_vec()))
+        self.meta(self.header.metadata.numbers(key))
     }
 
     /// A scalar numeric metadata value.
     pub fn number(&self, key: &str) -> Result<Option<f64>, LoadError> {
-        Ok(self.numbers(key)?.and_then(|v| v.first().copied()))
+        self.meta(self.header.metadata.number(key))
     }
 
     fn required(&self, key: &str) -> Result<f64, LoadError> {
@@ -180,7 +176,11 @@ impl Gguf {
 
     /// All tensors, renamed to Hugging Face names. Llama 3's `rope_freqs` moves into the
     /// configuration's RoPE scaling.
-    pub fn weights(&self, config: &mut ModelConfig) -> Result<Weights, LoadError> {
+    pub fn weights(
+        &self,
+        config: &mut ModelConfig,
+        backend: Backend,
+    ) -> Result<Weights, LoadError> {
         let arrays = self.file.arrays().map_err(|e| self.gguf_err(e))?;
         let mut tensors = HashMap::with_capacity(arrays.len());
         for (name, array) in arrays {
@@ -207,6 +207,7 @@ impl Gguf {
                 bits: None,
                 overrides: HashMap::new(),
             },
+            backend,
         ))
     }
 

@@ -11,10 +11,11 @@ pub mod safetensors;
 
 use std::collections::HashMap;
 
-use mlx_rs::{Array, Dtype};
+use mlx_rs::{Array, Dtype, Stream};
 
-use crate::device::compute_dtype;
+use crate::backend::Backend;
 use crate::error::LoadError;
+use crate::gpu_rules;
 use crate::model::layers::{Embedding, Linear, Matrix, Quantization, RmsNorm};
 
 /// Bit widths MLX's quantized matmul supports.
@@ -36,16 +37,27 @@ pub enum QuantScheme {
     },
 }
 
-/// A checkpoint's tensors, consumed as the model takes them.
+/// A checkpoint's tensors, consumed as the model takes them, for one backend: floats are
+/// handed out in its compute dtype.
 pub struct Weights {
     tensors: HashMap<String, Array>,
     scheme: QuantScheme,
+    backend: Backend,
 }
 
 impl Weights {
-    /// Wraps tensors keyed by Hugging Face names.
-    pub fn new(tensors: HashMap<String, Array>, scheme: QuantScheme) -> Self {
-        Self { tensors, scheme }
+    /// Wraps tensors keyed by Hugging Face names, for a model that will run on `backend`.
+    pub fn new(tensors: HashMap<String, Array>, scheme: QuantScheme, backend: Backend) -> Self {
+        Self {
+            tensors,
+            scheme,
+            backend,
+        }
+    }
+
+    /// The backend the tensors are prepared for.
+    pub fn backend(&self) -> Backend {
+        self.backend
     }
 
     /// Whether a tensor is present.
@@ -67,8 +79,9 @@ impl Weights {
             .tensors
             .remove(name)
             .ok_or_else(|| LoadError::Weights(format!("tensor {name:?} is missing")))?;
-        let array = to_compute(array)?;
+        let array = to_compute(array, self.backend.compute_dtype())?;
         array.eval()?;
+        gpu_rules::check(&self.backend, || format!("the weight {name:?}"), &array)?;
         Ok(array)
     }
 
@@ -95,6 +108,11 @@ impl Weights {
             .remove(&format!("{prefix}.weight"))
             .ok_or_else(|| LoadError::Weights(format!("tensor {prefix}.weight is missing")))?;
         weight.eval()?;
+        gpu_rules::check(
+            &self.backend,
+            || format!("the weight {prefix}.weight"),
+            &weight,
+        )?;
         if weight.dtype() != Dtype::Uint32 {
             return Err(LoadError::UnsupportedQuantization(format!(
                 "{prefix}.weight is {:?}, expected packed uint32",
@@ -183,16 +201,17 @@ impl Weights {
     }
 }
 
-/// Floats go to the compute dtype (float32 on the CPU, where half-precision scales make
-/// quantized matmuls 30-50x slower); packed integers stay as they are.
-fn to_compute(array: Array) -> Result<Array, LoadError> {
-    let float = matches!(
-        array.dtype(),
-        Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32 | Dtype::Float64
-    );
-    if float && array.dtype() != compute_dtype() {
-        Ok(array.as_dtype(compute_dtype())?)
-    } else {
-        Ok(array)
-    }
+/// Floats go to the compute dtype (float32 on the host backend, where half-precision
+/// scales would make quantized products 30-50x slower); packed integers stay as they are.
+///
+/// A float64 tensor is converted on the CPU stream: a GPU stream refuses float64 even as
+/// the source of a conversion.
+fn to_compute(array: Array, compute: Dtype) -> Result<Array, LoadError> {
+    Ok(match array.dtype() {
+        Dtype::Float64 => mlx_rs::with_stream(&Stream::cpu(), || array.as_dtype(compute))?,
+        Dtype::Float16 | Dtype::Bfloat16 | Dtype::Float32 if array.dtype() != compute => {
+            array.as_dtype(compute)?
+        }
+        _ => array,
+    })
 }

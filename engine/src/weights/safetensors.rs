@@ -9,6 +9,7 @@ use mlx_rs::Array;
 use serde_json::Value;
 
 use super::{QuantScheme, Weights};
+use crate::backend::Backend;
 use crate::error::LoadError;
 use crate::model::layers::Quantization;
 
@@ -170,7 +171,7 @@ pub fn check_header_bytes(header: &[u8], data_len: u64) -> Result<(), String> {
 }
 
 /// Loads every tensor of the folder's checkpoint.
-pub fn load_weights(dir: &Path, config: &Value) -> Result<Weights, LoadError> {
+pub fn load_weights(dir: &Path, config: &Value, backend: Backend) -> Result<Weights, LoadError> {
     let scheme = quant_scheme(config)?;
     let mut tensors: HashMap<String, Array> = HashMap::new();
     for path in shard_paths(dir)? {
@@ -191,5 +192,5 @@ pub fn load_weights(dir: &Path, config: &Value) -> Result<Weights, LoadError> {
                 .filter(|(name, _)| !name.contains("rotary_emb.inv_freq")),
         );
     }
-    Ok(Weights::new(tensors, scheme))
+    Ok(Weights::new(tensors, scheme, backend))
 }

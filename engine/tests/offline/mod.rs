@@ -6,8 +6,13 @@ use std::path::PathBuf;
 
 use kivi_engine::session::{Engine, EngineOptions, Event, FinishReason, ModelSource, Request};
 
-/// The workspace root (the engine crate's parent folder).
+/// The workspace root (the engine crate's parent folder), or `KIVI_WORKSPACE` where the
+/// test binaries run away from the source tree (scripts/gpu-check.sh unpacks the data they
+/// read there).
 pub fn workspace_root() -> PathBuf {
+    if let Some(root) = std::env::var_os("KIVI_WORKSPACE").filter(|r| !r.is_empty()) {
+        return PathBuf::from(root);
+    }
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("engine/ has a parent")

@@ -15,8 +15,8 @@
 //! a group's per-channel factors are contiguous and its setup vectorizes), and the values'
 //! zero term is summed inside the block loop, where the token's weights are at hand.
 
+use super::span::{Partial, Span};
 use super::view::{Parts, QuantizedHead};
-use super::{Partial, Span};
 use crate::host::softmax::exp_in_place;
 
 /// Attention of the pre-scaled queries `q` (`[pairs, rep, D]`, query heads grouped by

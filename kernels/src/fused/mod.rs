@@ -16,28 +16,22 @@
 //! the reference and the MLX path in `kernels/tests/fused.rs`.
 
 mod loops;
-pub(crate) mod view;
-
-use std::ops::Range;
+mod span;
+mod view;
 
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
-use crate::{attention::CacheView, KernelError, KeyAxis};
-use view::{slice, Held, Parts};
-
-/// Tokens (quantized and window) below which a span is not worth a thread of its own.
-/// At 1024, a 2k-token cache ran on one thread: two spans took its calls from 0.24 to
-/// 0.21-0.22 ms, and 1k-token calls from 0.13-0.18 to 0.08-0.12 ms (fastest of 300,
-/// `decode_timing 1024 2048`, K4V4 with float16 storage).
-const MIN_SPAN_TOKENS: usize = 512;
+use crate::{cache_view::CacheView, host::buffers::slice, KernelError, KeyAxis};
+use span::{spans, Partial};
+use view::{Held, Parts};
 
 /// Most threads one call uses.
 const MAX_THREADS: usize = 8;
 
 /// True when [`decode`] handles this call: one float32 query position, keys per channel,
 /// scales, zeros and the residual window stored in float32 or float16.
-pub fn supports(queries: &Array, cache: &CacheView<'_>) -> bool {
+pub fn accepts(queries: &Array, cache: &CacheView<'_>) -> bool {
     let stored = |a: &Array| matches!(a.dtype(), Dtype::Float32 | Dtype::Float16);
     queries.ndim() == 4
         && queries.dim(2) == 1
@@ -53,7 +47,7 @@ pub fn supports(queries: &Array, cache: &CacheView<'_>) -> bool {
 }
 
 /// Attention output `[B, H, 1, Dv]` of one query position `[B, H, 1, D]` (the newest)
-/// over the whole cache. See [`supports`] for what it accepts.
+/// over the whole cache. See [`accepts`] for what it accepts.
 pub fn decode(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
     let threads = rayon::current_num_threads().min(MAX_THREADS);
     decode_on(queries, cache, scale, threads)
@@ -66,7 +60,7 @@ fn decode_on(
     scale: f32,
     threads: usize,
 ) -> Result<Array, KernelError> {
-    if !supports(queries, &cache) {
+    if !accepts(queries, &cache) {
         return Err(KernelError::Shape(
             "the fused kernel takes one float32 query position and per-channel keys".into(),
         ));
@@ -74,7 +68,7 @@ fn decode_on(
     let held = Held::new(&cache, queries)?;
     let kv = held.parts()?;
     let &[batch, heads, _, dim] = queries.shape() else {
-        unreachable!("checked by supports")
+        unreachable!("checked by accepts")
     };
     let (b, h, d) = (batch as usize, heads as usize, dim as usize);
     if kv.batch != b || kv.heads == 0 || h % kv.heads != 0 || kv.key_dim != d {
@@ -96,41 +90,6 @@ fn decode_on(
         &out,
         &[batch, heads, 1, kv.value_dim as i32],
     ))
-}
-
-/// Tokens one thread attends: quantized tokens `tokens` (whole groups), and the residual
-/// window if `residual`.
-#[derive(Debug, Clone)]
-struct Span {
-    tokens: Range<usize>,
-    residual: bool,
-}
-
-/// One span's attention for `rep` query rows of one KV head: `out` (`[rep, Dv]`) is
-/// `sum_n e^(s_n - max) v_n` and `sum` is `sum_n e^(s_n - max)`, per row.
-struct Partial {
-    out: Vec<f32>,
-    max: Vec<f32>,
-    sum: Vec<f32>,
-}
-
-/// The spans for `threads` threads: runs of whole groups of the quantized tokens, the
-/// first also taking the residual window of `residual` tokens, sized so that each span
-/// has about as many tokens in all (a window token costs about what a quantized one does).
-/// A span left with nothing (the window alone outweighing a share) is dropped.
-fn spans(quantized: usize, residual: usize, group: usize, threads: usize) -> Vec<Span> {
-    let groups = quantized / group;
-    let count = threads.min((quantized + residual) / MIN_SPAN_TOKENS).max(1);
-    // The window counted as groups of the first span.
-    let window = residual.div_ceil(group);
-    let bound = |i: usize| ((groups + window) * i / count).saturating_sub(window) * group;
-    (0..count)
-        .map(|i| Span {
-            tokens: bound(i)..bound(i + 1),
-            residual: i == 0,
-        })
-        .filter(|s| s.residual || !s.tokens.is_empty())
-        .collect()
 }
 
 /// Attention of pre-scaled queries `q` (`[pairs, rep, D]`) over the whole cache,
@@ -179,39 +138,6 @@ fn combine(parts: &[Vec<Partial>], rep: usize, dv: usize) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::testdata::{Layer, PackedLayer, Profile};
-
-    #[test]
-    fn spans_cover_the_quantized_tokens_in_whole_groups() {
-        assert_eq!(spans(0, 0, 32, 4).len(), 1);
-        assert_eq!(spans(864, 128, 32, 4).len(), 1);
-        // Nothing quantized: the window alone, not an empty second span.
-        assert_eq!(spans(0, 1024, 32, 2).len(), 1);
-        for (quantized, residual, group, threads) in [
-            (4096, 128, 32, 2),
-            (8192, 0, 128, 3),
-            (5024, 32, 32, 8),
-            (2048, 4096, 32, 2),
-        ] {
-            let spans = spans(quantized, residual, group, threads);
-            assert_eq!(
-                spans.len(),
-                threads.min((quantized + residual) / MIN_SPAN_TOKENS)
-            );
-            assert_eq!(spans[0].tokens.start, 0);
-            assert_eq!(spans.last().unwrap().tokens.end, quantized);
-            for pair in spans.windows(2) {
-                assert_eq!(pair[0].tokens.end, pair[1].tokens.start);
-            }
-            assert!(spans.iter().all(|s| s.tokens.start % group == 0));
-            assert!(spans[0].residual && spans.iter().filter(|s| s.residual).count() == 1);
-            // Balanced: the first span's window plus tokens match the others' tokens to
-            // within a group (unless the window alone is more than a share).
-            let share = (quantized + residual) / spans.len();
-            for s in &spans[1..] {
-                assert!(s.tokens.len().abs_diff(share) <= group || residual > share);
-            }
-        }
-    }
 
     /// Spans on several threads combine to the one-thread result (same arithmetic,
     /// another summation order).

@@ -48,12 +48,7 @@ pub(super) fn symbol(name: &CStr) -> Option<*mut c_void> {
 
 fn cblas_sgemm() -> Option<CblasSgemm> {
     static SGEMM: OnceLock<Option<usize>> = OnceLock::new();
-    let address = *SGEMM.get_or_init(|| {
-        if std::env::var("KIVI_HOST_BLAS").is_ok_and(|v| v == "0") {
-            return None;
-        }
-        symbol(c"cblas_sgemm").map(|p| p as usize)
-    });
+    let address = *SGEMM.get_or_init(|| symbol(c"cblas_sgemm").map(|p| p as usize));
     // SAFETY: the address is the process's `cblas_sgemm`, whose C signature is the
     // standard one declared above.
     address.map(|a| unsafe { std::mem::transmute::<usize, CblasSgemm>(a) })

@@ -6,7 +6,7 @@
 //! multiply-add), which took about a tenth of a 4k-token KIVI prefill (`perf`). Here one
 //! pass over the packed words writes each value once, vectorized where the CPU has AVX2.
 
-use crate::fused::view::{host_arrays, slice, Floats};
+use super::buffers::{host_arrays, slice, Floats};
 use crate::{mlx_quant::QuantizedArray, KernelError};
 
 /// The values `q` stands for, row-major in its logical shape (the packed shape with the

@@ -10,35 +10,21 @@
 //!   long prefill;
 //! - [`attention`]: float32 attention over keys and values held as host slices (several
 //!   segments, token- or channel-major), causal within a chunk, grouped-query heads;
-//! - [`dequantize`]: a packed KIVI tensor back in float32, for the attention of a chunk.
+//! - [`dequantize`]: a packed KIVI tensor back in float32, for the attention of a chunk;
+//! - [`buffers`]: MLX arrays read as host slices (evaluated, contiguous, float16 read as
+//!   float32).
 //!
 //! Everything here is tested against plain loops in f64 (`kernels/tests/host.rs`), and the
 //! dequantizer against the reference quantizer bit for bit (`kernels/tests/mlx_quant.rs`).
 
 pub mod attention;
 pub mod blas;
+pub mod buffers;
 pub mod dequantize;
 pub mod openblas;
 pub mod softmax;
 
-use mlx_rs::{error::Exception, Array, ArrayElement};
-
-/// `a` as an evaluated, row-contiguous array of `T` whose host slice can be read: `a`
-/// itself when it already is one (no MLX operation), otherwise a converted or contiguous
-/// copy.
-pub fn readable<T: ArrayElement>(a: &Array) -> Result<Array, Exception> {
-    let a = if a.dtype() == T::DTYPE {
-        a.clone()
-    } else {
-        a.as_dtype(T::DTYPE)?
-    };
-    if a.try_as_slice::<T>().is_ok() {
-        return Ok(a);
-    }
-    let a = a.contiguous()?;
-    a.eval()?;
-    Ok(a)
-}
+pub use buffers::readable;
 
 /// Whether the CPU has AVX2 and FMA (cached).
 #[cfg(target_arch = "x86_64")]
@@ -46,16 +32,4 @@ pub(crate) fn has_avx2() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
-}
-
-/// Whether attention runs the host kernels instead of MLX's CPU operations: on MLX's CPU
-/// back end (not macOS, where MLX runs on Metal), unless `KIVI_HOST_ATTENTION=0` (for
-/// comparisons).
-pub fn enabled() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        cfg!(not(target_os = "macos"))
-            && std::env::var("KIVI_HOST_ATTENTION").map_or(true, |v| v != "0")
-    })
 }

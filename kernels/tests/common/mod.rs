@@ -2,12 +2,11 @@
 #![allow(dead_code)]
 
 use kivi_kernels::{
-    attention::CacheView,
     mlx_quant::{self, QuantizedArray},
     quantized_len,
     reference::CacheSpec,
     testdata::Layer,
-    KeyAxis,
+    CacheView, KeyAxis,
 };
 use mlx_rs::{Array, Dtype};
 

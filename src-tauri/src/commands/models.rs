@@ -4,9 +4,9 @@ use std::collections::BTreeSet;
 
 use tauri::State;
 
+use crate::active_model::{self, ModelChoice};
 use crate::catalog::{self, BUILTIN_ID, RECOMMENDED};
 use crate::error::{CommandError, CommandResult, ErrorCode};
-use crate::model_host::{self, ModelChoice};
 use crate::state::App;
 use crate::store::DownloadProgress;
 use crate::types::{HubTokenStatus, ModelAvailability, ModelInfo, ModelStatus, ModelsOverview};
@@ -191,7 +191,7 @@ pub async fn activate(app: &App, model_id: String) -> CommandResult<ModelStatus>
     app.drop_all_caches();
     app.forget_token_counts();
     server::model_changed(app, &model_id).await;
-    let status = model_host::start_loading(app, choice);
+    let status = active_model::start_loading(app, choice);
     if changed {
         recount_documents_when_ready(app);
     }

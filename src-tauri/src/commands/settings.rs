@@ -25,6 +25,16 @@ pub async fn defaults(app: &App) -> CommandResult<Settings> {
 pub async fn update(app: &App, settings: Settings) -> CommandResult<SettingsUpdate> {
     settings.validate()?;
     let old = app.store.get_settings()?;
+    let backend_changed = old.backend != settings.backend;
+    if backend_changed {
+        let usable = settings.backend.resolve().and_then(|b| b.check_available());
+        if let Err(e) = usable {
+            return Err(CommandError::invalid(
+                "backend",
+                format!("This computer cannot run that backend: {e}."),
+            ));
+        }
+    }
     let cache_reset = old.cache_reset_needed(&settings);
     if cache_reset && app.jobs.any_generation() {
         return Err(CommandError::busy(
@@ -40,9 +50,12 @@ pub async fn update(app: &App, settings: Settings) -> CommandResult<SettingsUpda
     } else {
         app.emit_stats();
     }
+    // The model's weights are converted for its backend when it loads: load it again.
+    let model_reload = backend_changed && crate::active_model::reload(app);
     Ok(SettingsUpdate {
         settings,
         cache_reset,
+        model_reload,
     })
 }
 

@@ -9,7 +9,9 @@ use crate::types::StatsSnapshot;
 /// `get_stats`: the current snapshot.
 pub async fn snapshot(app: &App) -> CommandResult<StatsSnapshot> {
     let settings = app.settings();
-    Ok(app.live.snapshot(app.context_length(&settings)))
+    Ok(app
+        .live
+        .snapshot(app.context_length(&settings), app.backend(&settings)))
 }
 
 #[tauri::command]

@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::types::{CacheMode, CacheSettings, SamplingSettings, Settings};
+use super::types::{BackendChoice, CacheMode, CacheSettings, SamplingSettings, Settings};
 use super::{Result, Store, StoreError};
 
 /// One broken rule: the field as a dotted path in the UI's terms, and what to do.
@@ -57,6 +57,7 @@ impl Default for Settings {
             cache: CacheSettings::default(),
             context_length: 8192,
             sampling: SamplingSettings::default(),
+            backend: BackendChoice::Auto,
         }
     }
 }
@@ -182,9 +183,10 @@ impl Settings {
     }
 
     /// Whether changing from `self` to `new` invalidates KV caches (`cacheReset`): the
-    /// context length or the cache changed, where fp16 ↔ fp16 ignores the unused KIVI fields.
+    /// context length, the cache or the backend changed, where fp16 ↔ fp16 ignores the
+    /// unused KIVI fields.
     pub fn cache_reset_needed(&self, new: &Settings) -> bool {
-        if self.context_length != new.context_length {
+        if self.context_length != new.context_length || self.backend != new.backend {
             return true;
         }
         match (self.cache.mode, new.cache.mode) {
@@ -277,7 +279,7 @@ mod tests {
         // f32 fields print as the UI typed them (`to_string`, as Tauri sends them).
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
-            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null}}"#
+            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
         );
         assert!(s.validate().is_ok());
         assert_eq!(Settings::defaults_for_model(None), s);
@@ -308,6 +310,18 @@ mod tests {
         let mut too_big = ui.clone();
         too_big["sampling"]["seed"] = json!(4294967296u64);
         assert!(serde_json::from_value::<Settings>(too_big).is_err());
+        // The backend: absent reads as auto; a name round-trips; an unknown one is refused
+        // with the names that work.
+        assert_eq!(s.backend, BackendChoice::Auto);
+        let mut named = ui.clone();
+        named["backend"] = json!("mlx-cpu-f16");
+        let s: Settings = serde_json::from_value(named.clone()).unwrap();
+        assert_eq!(serde_json::to_value(s).unwrap()["backend"], "mlx-cpu-f16");
+        named["backend"] = json!("metal");
+        let err = serde_json::from_value::<Settings>(named)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mlx-gpu-f16"), "{err}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Every struct is camelCase, every `Option` is serialized (as `null`), every unit enum is a
 //! camelCase string, so the commands can return these as they are.
 
+use kivi_engine::backend::{Backend, BackendError};
 use serde::{Deserialize, Serialize};
 
 /// An opaque identifier chosen by the back end; the store uses stringified integers.
@@ -55,6 +56,49 @@ pub struct SamplingSettings {
     pub seed: Option<u32>,
 }
 
+/// Where and how the model runs (IPC: `"auto"` or a backend name such as `"host"`,
+/// `"mlx-cpu-f16"`, `"mlx-gpu-f16"`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum BackendChoice {
+    /// The platform's choice (`KIVI_BACKEND` when set, for tests): MLX on the GPU in
+    /// float16 on Apple silicon, the host kernels elsewhere.
+    #[default]
+    Auto,
+    /// This backend.
+    Fixed(Backend),
+}
+
+impl BackendChoice {
+    /// The backend this choice stands for here.
+    pub fn resolve(self) -> Result<Backend, BackendError> {
+        match self {
+            BackendChoice::Auto => Backend::chosen(),
+            BackendChoice::Fixed(backend) => Ok(backend),
+        }
+    }
+}
+
+impl Serialize for BackendChoice {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            BackendChoice::Auto => serializer.serialize_str("auto"),
+            BackendChoice::Fixed(backend) => backend.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text.trim().eq_ignore_ascii_case("auto") {
+            return Ok(BackendChoice::Auto);
+        }
+        text.parse()
+            .map(BackendChoice::Fixed)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
 /// Everything the settings pane edits (validated by [`Settings::validate`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,6 +109,10 @@ pub struct Settings {
     pub context_length: u32,
     /// How answers are sampled.
     pub sampling: SamplingSettings,
+    /// Where and how the model runs (an advanced setting; settings saved before it existed
+    /// read as `auto`).
+    #[serde(default)]
+    pub backend: BackendChoice,
 }
 
 /// What `update_settings` returns.
@@ -73,8 +121,11 @@ pub struct Settings {
 pub struct SettingsUpdate {
     /// The settings as saved.
     pub settings: Settings,
-    /// True when `cache` or `contextLength` changed, so every chat's KV cache was dropped.
+    /// True when `cache`, `contextLength` or `backend` changed, so every chat's KV cache
+    /// was dropped.
     pub cache_reset: bool,
+    /// True when `backend` changed and the active model is loading again on the new one.
+    pub model_reload: bool,
 }
 
 /// Who wrote a message.

@@ -77,12 +77,18 @@ export interface Settings {
   /** 512..=131072 integer: tokens the KV cache may hold (prompt, documents and answer). */
   contextLength: number;
   sampling: SamplingSettings;
+  /** Where and how the model runs: "auto" or a backend name ("host", "mlx-cpu-f16",
+   * "mlx-gpu-f16", ...). */
+  backend: string;
 }
 
 export interface SettingsUpdate {
   settings: Settings;
-  /** True when `cache` or `contextLength` changed, so every chat's KV cache was dropped. */
+  /** True when `cache`, `contextLength` or `backend` changed, so every chat's KV cache was
+   * dropped. */
   cacheReset: boolean;
+  /** True when `backend` changed and the active model is loading again on the new one. */
+  modelReload: boolean;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -222,7 +228,7 @@ export interface PrefillProgressEvent {
 }
 
 export type Phase = "idle" | "loading" | "prefill" | "decode";
-export type Device = "cpu" | "metal";
+export type Device = "cpu" | "gpu";
 
 /** `stats` (and `get_stats`): a snapshot of the engine and the KV cache it works on. */
 export interface StatsSnapshot {
@@ -231,8 +237,12 @@ export interface StatsSnapshot {
   /** The chat whose cache the numbers describe; null when there is no cache. */
   chatId: Id | null;
   device: Device;
-  /** Human-readable, e.g. "Apple M2 Pro (Metal)" or "CPU · 16 threads". */
+  /** Human-readable, e.g. "Apple silicon GPU (Metal)" or "CPU · x86_64 · 16 threads". */
   deviceName: string;
+  /** The backend's name: "host", "mlx-cpu-f16", "mlx-gpu-f16", ... */
+  backend: string;
+  /** The backend in words: "MLX on the GPU, float16". */
+  backendName: string;
   /** The described cache's settings; null when there is no cache. */
   cache: CacheConfig | null;
   contextLength: number;

@@ -1,5 +1,6 @@
 /** The live panel: what the KV cache really costs, updated from `stats` events. */
 import type { StatsSnapshot } from "../api/types";
+import { backendShort } from "../lib/backends";
 import { cacheLabel } from "../lib/kivi";
 import { formatBytes, formatCount, formatDuration, formatPercent, formatRate, formatRatio } from "../lib/format";
 import { togglePanel, useApp } from "../state/app";
@@ -80,8 +81,8 @@ export function LivePanel() {
             <span class={`phase phase-${s?.phase ?? "idle"}`} data-testid="stat-phase">
               <i /> {PHASE_LABEL[s?.phase ?? "idle"]}
             </span>
-            <span class="device" data-testid="stat-device" title={s?.deviceName}>
-              <IconCpu size={13} /> {s ? (s.device === "metal" ? "Metal" : "CPU") : "—"}
+            <span class="device" data-testid="stat-device" title={s ? `${s.backendName} · ${s.deviceName}` : undefined}>
+              <IconCpu size={13} /> {s ? backendShort(s.backend) : "—"}
             </span>
           </div>
         </div>
@@ -164,7 +165,9 @@ export function LivePanel() {
             </div>
           )}
         </div>
-        <p class="muted tiny device-name">{s?.deviceName}</p>
+        <p class="muted tiny device-name" data-testid="stat-backend">
+          {s ? `${s.backendName} · ${s.deviceName}` : ""}
+        </p>
       </div>
     </aside>
   );

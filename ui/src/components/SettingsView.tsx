@@ -1,6 +1,7 @@
 /** Settings: model, KV cache, context, sampling, local server, appearance. */
 import { useEffect, useMemo, useState } from "preact/hooks";
 import type { Bits, CacheMode, GroupSize, Settings } from "../api/types";
+import { BACKEND_CHOICES, backendLabel } from "../lib/backends";
 import { cacheLabel, estimatedRatio, sameCache } from "../lib/kivi";
 import { formatCount } from "../lib/format";
 import { GROUP_CHOICES, LIMITS, isValid, parseNumberInput, validatePort, validateSettings, type SettingsErrors } from "../lib/validate";
@@ -33,6 +34,7 @@ interface Draft {
   repetitionPenalty: string;
   maxTokens: string;
   seed: string;
+  backend: string;
 }
 
 export function toDraft(s: Settings): Draft {
@@ -49,6 +51,7 @@ export function toDraft(s: Settings): Draft {
     repetitionPenalty: String(s.sampling.repetitionPenalty),
     maxTokens: String(s.sampling.maxTokens),
     seed: s.sampling.seed == null ? "" : String(s.sampling.seed),
+    backend: s.backend,
   };
 }
 
@@ -66,6 +69,7 @@ export function fromDraft(d: Draft): Settings {
       maxTokens: num(d.maxTokens),
       seed: parseNumberInput(d.seed),
     },
+    backend: d.backend,
   };
 }
 
@@ -244,7 +248,8 @@ export function SettingsView() {
 
   const set = <K extends keyof Draft>(k: K, v: Draft[K]) => setDraft({ ...draft, [k]: v });
   const dirty = JSON.stringify(toDraft(saved)) !== JSON.stringify(draft);
-  const cacheChanged = !sameCache(saved.cache, candidate.cache) || saved.contextLength !== candidate.contextLength;
+  const backendChanged = saved.backend !== candidate.backend;
+  const cacheChanged = !sameCache(saved.cache, candidate.cache) || saved.contextLength !== candidate.contextLength || backendChanged;
   const valid = isValid(errors);
   const kivi = draft.mode === "kivi";
   const modelMax = activeModel?.contextLength ?? null;
@@ -380,6 +385,27 @@ export function SettingsView() {
               <NumberInput value={draft.seed} onInput={(v) => set("seed", v)} testId="seed-input" label="Seed" placeholder="random" step={1} min={0} invalid={!!errors["sampling.seed"]} width="120px" />
             </Field>
           </div>
+        </section>
+
+        <section class="card" data-testid="settings-advanced">
+          <SectionTitle title="Advanced" sub="Where the model runs. Changing it loads the model again; every conversation gets a new KV cache." />
+          <div class="fields">
+            <Field label="Backend" hint={BACKEND_CHOICES.find((b) => b.value === draft.backend)?.hint} error={errors.backend} errorTestId="backend-error">
+              <select class="select" value={draft.backend} aria-label="Backend" data-testid="backend-select" onChange={(e) => set("backend", e.currentTarget.value)}>
+                {!BACKEND_CHOICES.some((b) => b.value === draft.backend) && <option value={draft.backend}>{backendLabel(draft.backend)}</option>}
+                {BACKEND_CHOICES.map((b) => (
+                  <option key={b.value} value={b.value}>
+                    {b.label}
+                  </option>
+                ))}
+              </select>
+            </Field>
+          </div>
+          {backendChanged && (
+            <div class="notice" data-testid="backend-change-notice" role="note">
+              <strong>Saving loads the model again on {backendLabel(candidate.backend)}.</strong> Conversations keep their messages; each is re-read on its next message.
+            </div>
+          )}
         </section>
 
         <ServerSection />

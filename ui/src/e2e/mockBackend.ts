@@ -70,8 +70,17 @@ const DEFAULT_SETTINGS: Settings = {
   cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
   contextLength: 32768,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
+  backend: "auto",
 };
 let settings: Settings = structuredClone(DEFAULT_SETTINGS);
+
+/** The backend the mock runs on: what `auto` resolves to on this (Linux) machine. */
+const backendOf = (choice: string) => (choice === "auto" ? "host" : choice);
+const BACKEND_NAMES: Record<string, string> = {
+  host: "host kernels on the CPU, float32 (KV cache in float16)",
+  "mlx-cpu-f32": "MLX on the CPU, float32 (KV cache in float16)",
+  "mlx-cpu-f16": "MLX on the CPU, float16",
+};
 
 interface ChatRecord {
   chat: Chat;
@@ -118,6 +127,8 @@ function snapshot(): StatsSnapshot {
     chatId: rec ? statsChatId : null,
     device: "cpu",
     deviceName: "CPU · x86_64 · 16 threads (mock)",
+    backend: backendOf(settings.backend),
+    backendName: BACKEND_NAMES[backendOf(settings.backend)] ?? backendOf(settings.backend),
     cache: cfg,
     contextLength: settings.contextLength,
     tokens: t,
@@ -748,7 +759,11 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       const next = a.settings as Settings;
       const errors = Object.entries(validateSettings(next));
       if (errors.length) fail("invalidArgument", errors[0]![1], errors[0]![0]);
-      const reset = !sameCache(next.cache, settings.cache) || next.contextLength !== settings.contextLength;
+      const reload = next.backend !== settings.backend;
+      if (reload && backendOf(next.backend).startsWith("mlx-gpu")) {
+        fail("invalidArgument", `This computer cannot run that backend: the backend ${next.backend} needs a GPU, but this build of MLX has none.`, "backend");
+      }
+      const reset = !sameCache(next.cache, settings.cache) || next.contextLength !== settings.contextLength || reload;
       settings = structuredClone(next);
       if (reset) {
         for (const rec of chats.values()) {
@@ -758,7 +773,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
         }
       }
       if (reset) setTimeout(() => void pushStats(), 0);
-      return { settings: structuredClone(settings), cacheReset: reset };
+      return { settings: structuredClone(settings), cacheReset: reset, modelReload: reload };
     }
 
     // models

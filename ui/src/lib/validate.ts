@@ -28,7 +28,11 @@ export type SettingsField =
   | "sampling.topK"
   | "sampling.repetitionPenalty"
   | "sampling.maxTokens"
-  | "sampling.seed";
+  | "sampling.seed"
+  | "backend";
+
+/** The names the engine parses: auto, host, mlx-cpu[-dtype], mlx-gpu[-dtype]. */
+const BACKEND_NAME = /^(auto|host(-f32)?|mlx-(cpu|gpu)(-(f32|f16|bf16))?)$/;
 
 const isInt = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n);
 const isNum = (n: unknown): n is number => typeof n === "number" && Number.isFinite(n);
@@ -74,6 +78,9 @@ export function validateSettings(s: Settings): SettingsErrors {
     e["sampling.maxTokens"] = "Max tokens must be smaller than the context length.";
   }
   if (sampling.seed !== null) range("sampling.seed", sampling.seed, LIMITS.seed, "Seed", true);
+  if (!BACKEND_NAME.test(s.backend)) {
+    e.backend = "Backend must be auto, host, or mlx-cpu / mlx-gpu with -f32, -f16 or -bf16.";
+  }
   return e;
 }
 

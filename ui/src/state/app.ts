@@ -519,8 +519,11 @@ export async function saveSettings(next: Settings): Promise<Settings | null> {
   try {
     const res = await settingsApi.updateSettings(next);
     store.set({ settings: res.settings });
+    if (res.modelReload) {
+      toast("info", "Settings saved · loading the model again", "The model loads on the new backend; each conversation's next message re-reads its history and documents.");
+    }
     if (res.cacheReset) {
-      toast("info", "Settings saved · caches reset", "Each conversation gets a new KV cache with these settings; the next message re-reads its history and documents.");
+      if (!res.modelReload) toast("info", "Settings saved · caches reset", "Each conversation gets a new KV cache with these settings; the next message re-reads its history and documents.");
       const view = activeView();
       if (view) updateView(view.chat.id, (v) => ({ ...v, chat: { ...v.chat, cache: { config: null, tokens: 0 }, documents: v.chat.documents.map((d) => ({ ...d, prefilled: false })) } }));
       statsHistory.clear();

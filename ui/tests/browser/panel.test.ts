@@ -20,8 +20,10 @@ function snapshot(t: number, patch: Partial<StatsSnapshot>): StatsSnapshot {
     timestampMs: t,
     phase: "decode",
     chatId: "chat-moby",
-    device: "metal",
-    deviceName: "Apple M2 Pro (Metal)",
+    device: "gpu",
+    deviceName: "Apple silicon GPU (Metal)",
+    backend: "mlx-gpu-f16",
+    backendName: "MLX on the GPU, float16",
     cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
     contextLength: 8192,
     tokens: 1000,
@@ -67,7 +69,8 @@ describe("live panel", () => {
     expect(await text(app, "stat-process-mem")).toBe("2.00 GiB");
     expect(await text(app, "stat-system-mem")).toBe("8.00 GiB / 16.0 GiB");
     expect(await text(app, "stat-device-mem")).toBe("900 MiB");
-    expect(await text(app, "stat-device")).toContain("Metal");
+    expect(await text(app, "stat-device")).toContain("MLX · GPU · f16");
+    expect(await text(app, "stat-backend")).toBe("MLX on the GPU, float16 · Apple silicon GPU (Metal)");
     expect(await text(app, "stat-phase")).toContain("Generating");
     expect(await text(app, "stat-tokens")).toBe("1,000 / 8,192 tokens");
     const samples0 = Number(await page.getAttribute(tid("kv-chart"), "data-samples"));

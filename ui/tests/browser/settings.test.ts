@@ -69,6 +69,28 @@ describe("settings", () => {
     expect(saved.cache.mode).toBe("fp16");
   });
 
+  it("switches the backend: the model loads again and the panel names the new one", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    await page.selectOption(tid("backend-select"), "mlx-cpu-f16");
+    const notice = page.locator(tid("backend-change-notice"));
+    await notice.waitFor();
+    expect(await notice.textContent()).toMatch(/loads the model again on MLX on the CPU \(float16\)/);
+    await page.click(tid("settings-save"));
+    await page.locator(tid("toast-info")).first().waitFor();
+    expect(await page.locator(tid("toast-info")).first().textContent()).toMatch(/loading the model again/);
+    expect((await page.evaluate(() => window.__kiviMock.settings())).backend).toBe("mlx-cpu-f16");
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-device"]')?.textContent?.includes("MLX · CPU · f16"));
+
+    // A GPU backend on a machine without one is refused with the reason; nothing changes.
+    await page.selectOption(tid("backend-select"), "mlx-gpu-f16");
+    await page.click(tid("settings-save"));
+    await page.locator(tid("toast-error")).waitFor();
+    expect(await page.locator(tid("toast-error")).textContent()).toMatch(/needs a GPU/);
+    expect((await page.evaluate(() => window.__kiviMock.settings())).backend).toBe("mlx-cpu-f16");
+  });
+
   it("validates sampling fields and reverts", async () => {
     app = await openApp(env.browser, env.url);
     const { page } = app;

@@ -34,6 +34,7 @@ const SETTINGS: Settings = {
   cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 512, seed: null },
+  backend: "auto",
 };
 
 /** Calls every wrapper once. */

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { backendLabel, backendShort } from "../../src/lib/backends";
 import { cacheLabel, cacheShortLabel, estimatedRatio, residualWindow, sameCache } from "../../src/lib/kivi";
 import type { CacheConfig } from "../../src/api/types";
 
@@ -46,5 +47,16 @@ describe("labels and estimates", () => {
     expect(sameCache(kivi({ mode: "fp16", kBits: 4 }), kivi({ mode: "fp16" }))).toBe(true);
     expect(sameCache(null, kivi())).toBe(false);
     expect(sameCache(null, null)).toBe(true);
+  });
+});
+
+describe("backend names", () => {
+  it("shortens the engine's backend names for the panel", () => {
+    expect(backendShort("host")).toBe("CPU kernels");
+    expect(backendShort("mlx-gpu-f16")).toBe("MLX · GPU · f16");
+    expect(backendShort("mlx-cpu-bf16")).toBe("MLX · CPU · bf16");
+    expect(backendShort("something-new")).toBe("something-new");
+    expect(backendLabel("auto")).toBe("Automatic");
+    expect(backendLabel("mlx-cpu")).toBe("mlx-cpu");
   });
 });

@@ -6,6 +6,7 @@ const base = (): Settings => ({
   cache: { mode: "kivi", kBits: 2, vBits: 4, groupSize: 32, residualLength: 128 },
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
+  backend: "auto",
 });
 
 const withCache = (patch: Partial<Settings["cache"]>): Settings => ({ ...base(), cache: { ...base().cache, ...patch } });
@@ -23,6 +24,15 @@ describe("validateSettings", () => {
       const e = validateSettings(withCache({ kBits: b as 2, vBits: b as 2 }));
       expect(e["cache.kBits"]).toMatch(/2 or 4/);
       expect(e["cache.vBits"]).toMatch(/2 or 4/);
+    }
+  });
+
+  it("accepts the backend names the engine parses, and nothing else", () => {
+    for (const b of ["auto", "host", "host-f32", "mlx-cpu", "mlx-cpu-f16", "mlx-gpu", "mlx-gpu-bf16"]) {
+      expect(validateSettings({ ...base(), backend: b })).toEqual({});
+    }
+    for (const b of ["", "metal", "host-f16", "mlx-cpu-f64", "MLX-GPU", "cuda"]) {
+      expect(validateSettings({ ...base(), backend: b }).backend).toMatch(/auto, host, or mlx-cpu/);
     }
   });
 

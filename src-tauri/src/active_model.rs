@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kivi_engine::backend::Backend;
 use kivi_engine::session::{Engine, EngineOptions, ModelSource};
 use tokio::sync::watch;
 
@@ -33,18 +34,20 @@ pub struct ModelChoice {
 
 struct Inner {
     status: ModelStatus,
+    /// The model last asked for, loaded or not.
+    choice: Option<ModelChoice>,
     engine: Option<Arc<Engine>>,
     /// Incremented by every load, so a slow load that was superseded is discarded.
     epoch: u64,
 }
 
 /// The active model and its engine.
-pub struct ModelHost {
+pub struct ActiveModel {
     inner: Mutex<Inner>,
     changes: watch::Sender<ModelStatus>,
 }
 
-impl Default for ModelHost {
+impl Default for ActiveModel {
     fn default() -> Self {
         let status = ModelStatus {
             model_id: None,
@@ -56,6 +59,7 @@ impl Default for ModelHost {
         Self {
             inner: Mutex::new(Inner {
                 status: status.clone(),
+                choice: None,
                 engine: None,
                 epoch: 0,
             }),
@@ -64,7 +68,7 @@ impl Default for ModelHost {
     }
 }
 
-impl ModelHost {
+impl ActiveModel {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -130,12 +134,14 @@ impl ModelHost {
     }
 }
 
-/// Starts loading `choice` in the background (emitting `model-status` as it goes) and returns
-/// the `loading` status. The previous engine is dropped first.
+/// Starts loading `choice` in the background (emitting `model-status` as it goes) on the
+/// backend the settings choose, and returns the `loading` status. The previous engine is
+/// dropped first.
 pub fn start_loading(app: &Arc<AppState>, choice: ModelChoice) -> ModelStatus {
     let (epoch, old) = {
         let mut inner = app.model.lock();
         inner.epoch += 1;
+        inner.choice = Some(choice.clone());
         (inner.epoch, inner.engine.take())
     };
     if let Some(old) = old {
@@ -154,9 +160,17 @@ pub fn start_loading(app: &Arc<AppState>, choice: ModelChoice) -> ModelStatus {
     app.live.set_phase(Phase::Loading);
     app.emit_stats();
 
+    let backend = app.store.get_settings().map(|s| s.backend.resolve());
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
-        let result = load(&choice).await;
+        let result = match backend {
+            Ok(Ok(backend)) => load(&choice, backend).await,
+            Ok(Err(e)) => Err(CommandError::new(
+                ErrorCode::ModelLoadFailed,
+                format!("The backend setting cannot be used: {e}. Choose another in Settings."),
+            )),
+            Err(e) => Err(e.into()),
+        };
         let superseded = app.model.lock().epoch != epoch;
         if superseded {
             if let Ok(engine) = result {
@@ -198,7 +212,19 @@ fn status_of(choice: &ModelChoice) -> ModelStatus {
     }
 }
 
-async fn load(choice: &ModelChoice) -> Result<Engine, CommandError> {
+/// Loads the model asked for last again (after the backend changed); false when none was.
+pub fn reload(app: &Arc<AppState>) -> bool {
+    let choice = app.model.lock().choice.clone();
+    match choice {
+        Some(choice) => {
+            start_loading(app, choice);
+            true
+        }
+        None => false,
+    }
+}
+
+async fn load(choice: &ModelChoice, backend: Backend) -> Result<Engine, CommandError> {
     if !choice.path.exists() {
         return Err(CommandError::new(
             ErrorCode::ModelLoadFailed,
@@ -210,6 +236,7 @@ async fn load(choice: &ModelChoice) -> Result<Engine, CommandError> {
         ));
     }
     let mut options = EngineOptions::new(ModelSource::Path(choice.path.clone()));
+    options.backend = Some(backend);
     options.max_cached_conversations = CACHED_CHATS;
     options.stats_interval = ENGINE_STATS_INTERVAL;
     // The model is local: no hub token is needed (or sent anywhere).

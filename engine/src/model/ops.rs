@@ -1,0 +1,75 @@
+//! The operations a Llama-family decoder is written in, so that the model is defined once
+//! (`llama.rs`) and runs on either implementation:
+//!
+//! - [`super::mlx_ops::MlxOps`]: MLX operations, any number of positions, on the device
+//!   the backend names (a Mac's GPU, or the CPU);
+//! - [`super::host_ops::HostOps`]: plain loops and the host kernels over host memory, for
+//!   the host backend's decode steps, where MLX's per-operation thread hand-offs on the CPU
+//!   cost more than the arithmetic (`tests/host_steps.rs` holds the two to the same
+//!   logits).
+//!
+//! The backend decides which one runs a step ([`crate::backend::Backend::host_step`]).
+
+use mlx_rs::Array;
+
+use super::layers::{Embedding, Matrix, RmsNorm};
+use super::rope::Rope;
+use crate::cache::KvCache;
+use crate::error::ModelError;
+
+/// The operations of one forward step over the `L` newest positions of one sequence.
+pub(super) trait Ops {
+    /// Activations `[L, width]`.
+    type Rows;
+    /// Per-head activations `[heads, L, D]`.
+    type Heads;
+
+    /// The embedding rows of `tokens`, `[L, hidden]`.
+    fn embed(&self, table: &Embedding, tokens: &[u32]) -> Result<Self::Rows, ModelError>;
+
+    /// `x W^T + b`.
+    fn linear(
+        &self,
+        weight: &Matrix,
+        bias: Option<&Array>,
+        x: &Self::Rows,
+    ) -> Result<Self::Rows, ModelError>;
+
+    /// RMS normalization of each row, times the gain.
+    fn rms_norm(&self, norm: &RmsNorm, x: &Self::Rows) -> Result<Self::Rows, ModelError>;
+
+    /// `silu(gate) * up`.
+    fn silu_times(&self, gate: Self::Rows, up: &Self::Rows) -> Result<Self::Rows, ModelError>;
+
+    /// `x + y`.
+    fn add(&self, x: Self::Rows, y: &Self::Rows) -> Result<Self::Rows, ModelError>;
+
+    /// `[L, heads * D]` as `[heads, L, D]`.
+    fn split_heads(&self, x: Self::Rows, heads: usize) -> Result<Self::Heads, ModelError>;
+
+    /// `[heads, L, D]` as `[L, heads * D]`.
+    fn merge_heads(&self, x: Self::Heads) -> Result<Self::Rows, ModelError>;
+
+    /// RoPE of each head, the first of the `L` positions being `offset`.
+    fn rope(&self, rope: &Rope, x: Self::Heads, offset: usize) -> Result<Self::Heads, ModelError>;
+
+    /// Appends the keys and values to `cache` and returns the queries' attention output
+    /// `[heads, L, Dv]` over everything it holds (causal within the step).
+    fn attend(
+        &self,
+        cache: &mut dyn KvCache,
+        queries: Self::Heads,
+        keys: Self::Heads,
+        values: Self::Heads,
+        scale: f32,
+    ) -> Result<Self::Heads, ModelError>;
+
+    /// Rows as an MLX array `[1, L, width]`, the model's output.
+    fn array_of(&self, x: Self::Rows) -> Result<Array, ModelError>;
+
+    /// An MLX array `[1, L, width]` (hidden states) as rows.
+    fn rows_of(&self, x: &Array) -> Result<Self::Rows, ModelError>;
+
+    /// Checks rows between blocks (named by `what`) against the GPU-stream rules.
+    fn check(&self, x: &Self::Rows, what: &dyn Fn() -> String) -> Result<(), ModelError>;
+}
