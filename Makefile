@@ -7,8 +7,16 @@ export KIVI_MODEL ?= $(CURDIR)/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf
 .PHONY: run test setup ui app cli lint test-rust test-mac test-ui test-app test-window fuzz gpu-check clean
 
 ## run: set up, build and start the desktop app on the offline default model
+ifeq ($(shell uname -s),Darwin)
+# On a Mac the app runs on the GPU through MLX built from source; a debug build of the
+# engine (and its per-array GPU-stream guard) would make every answer slow.
+run: setup ui
+	cargo build --release -p kivi-chat
+	scripts/run-app.sh
+else
 run: setup app
 	scripts/run-app.sh
+endif
 
 ## test: set up, then run every test (Rust, UI unit + browser, app end-to-end, fuzz smoke)
 test: setup

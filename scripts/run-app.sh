@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Starts the desktop app on the offline default model. Without a display (a server, CI) it
-# starts one with Xvfb, so the app still runs and can be screenshotted.
+# starts one with Xvfb, so the app still runs and can be screenshotted. On a Mac it starts
+# the release build (`make run` builds it there): a debug build is too slow to chat with.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 export KIVI_MODEL=${KIVI_MODEL:-$ROOT/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+if [ "$(uname -s)" = Darwin ]; then
+  [ -x target/release/kivi-chat ] \
+    || { echo "run-app: target/release/kivi-chat is not built (make run builds it)" >&2; exit 1; }
+  exec target/release/kivi-chat
+fi
 if [ -z "${DISPLAY:-}" ] && [ -z "${WAYLAND_DISPLAY:-}" ] && [ "$(uname -s)" = Linux ]; then
   echo "run-app: no display found; starting the app on a virtual display (Xvfb)." >&2
   echo "run-app: screenshot it with: DISPLAY=:89 import -window root shot.png" >&2
