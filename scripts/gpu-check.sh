@@ -6,11 +6,11 @@
 # packed here and carried over in parts.
 #
 #   scripts/gpu-check.sh prepare   here: builds the release test binaries (tiny_models,
-#                                  mac_path), fetches MLX's CUDA library (PyPI mlx-cuda-13),
+#                                  mac_path, decode_loop), fetches MLX's CUDA library (PyPI mlx-cuda-13),
 #                                  packs them with the offline model into .gpu/part-*
 #   scripts/gpu-check.sh receive   there: keeps the parts carried in this call
 #   scripts/gpu-check.sh run       there: keeps this call's parts, unpacks the whole bundle,
-#                                  runs both test binaries with KIVI_BACKEND=mlx-gpu-f16 and
+#                                  runs the test binaries with KIVI_BACKEND=mlx-gpu-f16 and
 #                                  writes the log to $OUT/gpu-check.log
 #   scripts/gpu-check.sh local     here: unpacks the bundle and runs the same binaries on the
 #                                  CPU (mlx-cpu-f16, the wheel's CPU library), to test the
@@ -27,7 +27,7 @@ cd "$ROOT"
 GPU="$ROOT/.gpu"
 MLX_VERSION=0.32.2
 PART_BYTES=$((58 * 1024 * 1024))
-TESTS=(tiny_models mac_path)
+TESTS=(tiny_models mac_path decode_loop)
 BACKEND=${KIVI_GPU_BACKEND:-mlx-gpu-f16}
 
 say() { printf '\033[1;36m[gpu-check]\033[0m %s\n' "$*"; }

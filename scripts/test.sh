@@ -47,10 +47,12 @@ stage_rust() {
 stage_mac() {
   stage "mac: the Mac's configuration (MLX's operations, float16 compute and storage) on the CPU"
   # The same tests scripts/gpu-check.sh runs on a GPU: the tiny models against mlx-lm,
-  # SmolLM2 against the float32 host backend (mac_path.rs), and the KIVI cache against the
+  # SmolLM2 against the float32 host backend (mac_path.rs), the pipelined decode loop against
+  # a step-by-step one (decode_loop.rs), and the KIVI cache against the
   # reference quantizer bit for bit with float16 storage. Debug builds: the GPU-stream
   # guard (engine/src/gpu_rules.rs) checks every array the model makes.
-  KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --test tiny_models --test mac_path
+  KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --test tiny_models --test mac_path \
+    --test decode_loop
   KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --lib -- \
     the_quantized_history_is_the_reference_quantizer_bit_for_bit
 }

@@ -201,6 +201,13 @@ impl Backend {
         self.kernels == Kernels::Host && rows < HOST_MAX_ROWS
     }
 
+    /// Whether a decode step is built on the previous token before that token is read
+    /// back ([`crate::decode`]): MLX's operations take lazy inputs, the host kernels need
+    /// values.
+    pub fn pipelines(&self) -> bool {
+        self.kernels == Kernels::Mlx
+    }
+
     /// Whether MLX multiplies a quantized matrix by `rows` rows densely (dequantize, then
     /// matmul) rather than with `quantized_matmul`: on MLX's CPU back end for prompt chunks
     /// (see `HOST_MAX_ROWS`); never on the GPU, whose quantized kernels are fast at any

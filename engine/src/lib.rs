@@ -3,6 +3,7 @@
 pub mod backend;
 pub mod budget;
 pub mod cache;
+pub mod decode;
 pub mod document;
 pub mod error;
 pub mod eval;

@@ -15,8 +15,10 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use kivi_engine::backend::Backend;
 use kivi_engine::cache::{CacheConfig, LayerKvStats};
+use kivi_engine::decode::Decoder;
 use kivi_engine::eval::{decode_step, greedy_token, prefill};
 use kivi_engine::loader::LoadedModel;
+use kivi_engine::sampling::{Sampler, SamplingParams};
 use kivi_engine::stats::KvStats;
 use serde::{Deserialize, Serialize};
 
@@ -88,12 +90,19 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
     let rss_after_load_bytes = current_resident_bytes();
     let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
     let began = Instant::now();
-    let mut logits = prefill(&loaded.model, &mut caches, &prompt, plan.prefill_chunk)?;
+    let logits = prefill(&loaded.model, &mut caches, &prompt, plan.prefill_chunk)?;
     let prefill_secs = began.elapsed().as_secs_f64();
+    // The engine's own decode loop (the sampler on the device; on the MLX backends each
+    // step built before the previous token is read): `decode_tokens` steps fed, and the
+    // token after the last one read.
     let began = Instant::now();
-    for _ in 0..plan.decode_tokens {
-        let token = greedy_token(&logits)?;
-        logits = decode_step(&loaded.model, &mut caches, token)?;
+    let sampler = Sampler::new(SamplingParams::greedy())?;
+    let mut context = prompt.clone();
+    let mut decoder = Decoder::new(&loaded.model, sampler, &logits, &context)?;
+    for step in 0..=plan.decode_tokens {
+        let more = step < plan.decode_tokens;
+        let token = decoder.next_token(&loaded.model, &mut caches, &context, more)?;
+        context.push(token);
     }
     let decode_secs = began.elapsed().as_secs_f64();
     let kv = KvStats::from_caches(&caches).total;

@@ -9,14 +9,21 @@
 //!   by concatenation copied the whole cache every step (12.6 MB per layer at 8k tokens,
 //!   as much as attention itself reads), and MLX's CPU softmax computes `exp` one lane at
 //!   a time.
-//! - With MLX's operations (a Mac's GPU), MLX arrays in the compute dtype joined by
-//!   concatenation, and MLX's fused attention.
+//! - With MLX's operations (a Mac's GPU), MLX buffers `[B, H, capacity, D]` in the compute
+//!   dtype that grow in steps of [`MLX_STEP`] tokens and are written in place (a slice
+//!   update, which MLX performs on the buffer itself when nothing else holds it), and
+//!   MLX's fused attention over the filled part. Joining the history by concatenation
+//!   copied all of it at every token, as much memory traffic as attention itself.
 //!
 //! `held_bytes` is what the buffers hold, headroom included.
 
 use mlx_rs::{
     fast::{scaled_dot_product_attention, ScaledDotProductAttentionMask},
-    ops::concatenate,
+    ops::{
+        concatenate,
+        indexing::{IndexOp, TryIndexMutOp},
+        zeros_dtype,
+    },
     Array, Dtype,
 };
 
@@ -42,10 +49,80 @@ pub struct FullCache {
 enum Store {
     #[default]
     Empty,
-    /// MLX arrays in the compute dtype.
-    Mlx { keys: Array, values: Array },
+    /// MLX buffers in the compute dtype.
+    Mlx(MlxKv),
     /// Host float32 buffers (CPU).
     Host(HostKv),
+}
+
+/// Tokens an MLX buffer grows by (mlx-lm's step): few enough reallocations that their
+/// copies cost nothing next to a step's attention, little enough headroom to account for.
+pub const MLX_STEP: usize = 256;
+
+/// MLX buffers `[B, H, capacity, D]`; the first `len` tokens are held.
+struct MlxKv {
+    keys: Array,
+    values: Array,
+    len: usize,
+}
+
+impl MlxKv {
+    fn capacity(&self) -> usize {
+        self.keys.dim(2) as usize
+    }
+
+    /// A buffer of `capacity` tokens shaped like `like` (`[B, H, _, D]`), zeros.
+    fn buffer(like: &Array, capacity: usize) -> Result<Array, CacheError> {
+        let &[b, h, _, d] = like.shape() else {
+            unreachable!("4-D, checked by the caller")
+        };
+        Ok(zeros_dtype(&[b, h, capacity as i32, d], like.dtype())?)
+    }
+
+    /// Buffers holding `keys` and `values` (`[B, H, L, D]`), with room to grow.
+    fn new(keys: &Array, values: &Array) -> Result<Self, CacheError> {
+        let mut kv = Self {
+            keys: Self::buffer(keys, 0)?,
+            values: Self::buffer(values, 0)?,
+            len: 0,
+        };
+        kv.append(keys, values)?;
+        Ok(kv)
+    }
+
+    /// Writes `[B, H, L, D]` keys and values after the held tokens, growing the buffers
+    /// by whole steps when they are full (the held part copied once).
+    fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
+        let (at, len) = (self.len as i32, keys.dim(2));
+        let needed = self.len + len as usize;
+        if needed > self.capacity() {
+            let capacity = needed.div_ceil(MLX_STEP) * MLX_STEP;
+            for (buffer, like) in [(&mut self.keys, keys), (&mut self.values, values)] {
+                let grown = Self::buffer(like, capacity - self.len)?;
+                *buffer = if at == 0 {
+                    grown
+                } else {
+                    concatenate(&[buffer.index((.., .., ..at, ..)), grown], 2)?
+                };
+            }
+        }
+        let dtype = self.keys.dtype();
+        self.keys
+            .try_index_mut((.., .., at..at + len, ..), keys.as_dtype(dtype)?)?;
+        self.values
+            .try_index_mut((.., .., at..at + len, ..), values.as_dtype(dtype)?)?;
+        self.len = needed;
+        Ok(())
+    }
+
+    /// The held keys and values, `[B, H, len, D]` views of the buffers.
+    fn held(&self) -> (Array, Array) {
+        let len = self.len as i32;
+        (
+            self.keys.index((.., .., ..len, ..)),
+            self.values.index((.., .., ..len, ..)),
+        )
+    }
 }
 
 /// Host buffers: pair `p = b * H + h` holds tokens at `p * capacity * D`.
@@ -179,6 +256,17 @@ fn slice(a: &Array) -> Result<&[f32], CacheError> {
         .map_err(|e| CacheError::Shape(format!("cannot read an array on the host: {e}")))
 }
 
+/// MLX's fused attention of `queries` (`L` positions) over what `kv` holds.
+fn mlx_attention(queries: &Array, kv: &MlxKv, l: usize, scale: f32) -> Result<Array, CacheError> {
+    let (keys, values) = kv.held();
+    // MLX aligns a causal mask to the bottom right, so a chunk after a history sees the
+    // whole history and itself causally.
+    let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
+    Ok(scaled_dot_product_attention(
+        queries, &keys, &values, scale, mask, None,
+    )?)
+}
+
 impl KvCache for FullCache {
     fn attend(
         &mut self,
@@ -247,27 +335,24 @@ impl KvCache for FullCache {
                     out.as_dtype(queries.dtype())?
                 })
             }
+            Store::Mlx(kv) => {
+                if (kv.keys.dim(1), kv.keys.dim(3), kv.values.dim(3))
+                    != (h as i32, dk as i32, dv as i32)
+                {
+                    return Err(CacheError::Shape(format!(
+                        "new keys {:?} and values {:?} differ from those held",
+                        keys.shape(),
+                        values.shape()
+                    )));
+                }
+                kv.append(keys, values)?;
+                mlx_attention(queries, kv, l, scale)
+            }
             store => {
-                let (keys, values) = match std::mem::take(store) {
-                    Store::Mlx {
-                        keys: old_k,
-                        values: old_v,
-                    } => (
-                        concatenate(&[old_k, keys.clone()], 2)?,
-                        concatenate(&[old_v, values.clone()], 2)?,
-                    ),
-                    _ => (keys.clone(), values.clone()),
-                };
-                *store = Store::Mlx {
-                    keys: keys.clone(),
-                    values: values.clone(),
-                };
-                // MLX aligns a causal mask to the bottom right, so a chunk after a history
-                // sees the whole history and itself causally.
-                let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
-                Ok(scaled_dot_product_attention(
-                    queries, &keys, &values, scale, mask, None,
-                )?)
+                let kv = MlxKv::new(keys, values)?;
+                let out = mlx_attention(queries, &kv, l, scale);
+                *store = Store::Mlx(kv);
+                out
             }
         }
     }
@@ -275,13 +360,12 @@ impl KvCache for FullCache {
     fn len(&self) -> usize {
         match &self.store {
             Store::Empty => 0,
-            Store::Mlx { keys, .. } => keys.dim(2) as usize,
+            Store::Mlx(kv) => kv.len,
             Store::Host(host) => host.len,
         }
     }
 
     fn truncate(&mut self, len: usize) -> Result<usize, CacheError> {
-        use mlx_rs::ops::indexing::IndexOp;
         let keep = len.min(self.len());
         if keep == 0 {
             self.store = Store::Empty;
@@ -292,10 +376,7 @@ impl KvCache for FullCache {
             // The buffers keep their capacity: a shared prefix is usually followed by new
             // tokens at once.
             Store::Host(host) => host.len = keep,
-            Store::Mlx { keys, values } => {
-                *keys = keys.index((.., .., ..keep as i32, ..));
-                *values = values.index((.., .., ..keep as i32, ..));
-            }
+            Store::Mlx(kv) => kv.len = keep,
         }
         Ok(keep)
     }
@@ -303,10 +384,10 @@ impl KvCache for FullCache {
     fn stats(&self) -> LayerKvStats {
         let (tokens, held_bytes, elements) = match &self.store {
             Store::Empty => (0, 0, 0),
-            Store::Mlx { keys, values } => (
-                keys.dim(2) as usize,
-                (keys.nbytes() + values.nbytes()) as u64,
-                (keys.size() + values.size()) as u64,
+            Store::Mlx(kv) => (
+                kv.len,
+                (kv.keys.nbytes() + kv.values.nbytes()) as u64,
+                ((kv.keys.size() + kv.values.size()) / kv.capacity().max(1) * kv.len) as u64,
             ),
             Store::Host(host) => (
                 host.len,
@@ -327,10 +408,14 @@ impl KvCache for FullCache {
     fn state(&self) -> Result<CacheState, CacheError> {
         let arrays = match &self.store {
             Store::Empty => Vec::new(),
-            Store::Mlx { keys, values } => vec![
-                ("keys".to_string(), keys.clone()),
-                ("values".to_string(), values.clone()),
-            ],
+            Store::Mlx(kv) => {
+                // Copies of exactly the held tokens: a view would save the headroom too.
+                let (keys, values) = kv.held();
+                vec![
+                    ("keys".to_string(), keys.contiguous()?),
+                    ("values".to_string(), values.contiguous()?),
+                ]
+            }
             Store::Host(host) => {
                 let (keys, values) = host.arrays();
                 vec![("keys".to_string(), keys), ("values".to_string(), values)]
@@ -390,7 +475,7 @@ impl KvCache for FullCache {
             host.append(slice(&k)?, slice(&v)?, t as usize);
             Store::Host(host)
         } else {
-            Store::Mlx { keys, values }
+            Store::Mlx(MlxKv::new(&keys, &values)?)
         };
         Ok(())
     }
@@ -475,6 +560,40 @@ mod tests {
         assert_eq!(cut.arrays[0].1.shape(), &[1, kv, 100, d]);
         assert_eq!(restored.truncate(0).unwrap(), 0);
         assert_eq!(restored.stats().held_bytes, 0);
+    }
+
+    /// The MLX store grows by whole steps and writes later tokens into the same buffer:
+    /// MLX updates it in place (its data pointer stays), not a copy per token.
+    #[test]
+    fn the_mlx_store_grows_in_steps_and_writes_in_place() {
+        let mut cache = FullCache::new(BACKENDS[1]);
+        let (kv, d) = (3, 16);
+        let step = |cache: &mut FullCache, seed: u64, len: i32| {
+            let k = normals(seed, &[1, kv, len, d]);
+            let q = normals(seed + 1, &[1, 2 * kv, len, d]);
+            let out = cache.attend(&q, &k, &k, 0.25).unwrap();
+            out.eval().unwrap();
+        };
+        let data = |cache: &FullCache| match &cache.store {
+            Store::Mlx(kv) => {
+                kv.keys.eval().unwrap();
+                kv.keys.as_slice::<f32>().as_ptr() as usize
+            }
+            _ => unreachable!("an MLX store"),
+        };
+        step(&mut cache, 10, 200);
+        let first = data(&cache);
+        let bytes = (2 * kv * MLX_STEP as i32 * d * 4) as u64;
+        assert_eq!(cache.stats().held_bytes, bytes);
+        for i in 0..56 {
+            step(&mut cache, 20 + 2 * i, 1);
+        }
+        assert_eq!(cache.len(), 256);
+        assert_eq!(data(&cache), first, "a decode step copied the buffer");
+        assert_eq!(cache.stats().held_bytes, bytes);
+        step(&mut cache, 200, 1);
+        assert_eq!(cache.stats().held_bytes, 2 * bytes);
+        assert_eq!(cache.stats().fp16_bytes, (2 * kv * 257 * d * 2) as u64);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use mlx_rs::{Array, Dtype};
 use crate::cache::KvCache;
 use crate::error::ModelError;
 use crate::model::Llama;
-use crate::sampling::argmax;
+use crate::sampling::argmax_of;
 
 use super::nll::target_log_probs;
 
@@ -44,7 +44,7 @@ pub fn greedy_token(logits: &Array) -> Result<u32, ModelError> {
         logits.as_dtype(Dtype::Float32)?
     };
     logits.eval()?;
-    Ok(argmax(logits.as_slice::<f32>()))
+    Ok(argmax_of(logits.as_slice::<f32>()))
 }
 
 /// Runs one token and returns the logits of what follows it (`[vocab]`, evaluated).

@@ -26,7 +26,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::layers::{Embedding, Matrix, RmsNorm};
 use super::mlx_ops::MlxOps;
-use super::ops::Ops;
+use super::ops::{Ops, Tokens};
 use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
@@ -202,9 +202,18 @@ impl Ops for HostOps<'_> {
     type Rows = HostRows;
     type Heads = HostHeads;
 
-    fn embed(&self, table: &Embedding, tokens: &[u32]) -> Result<HostRows, ModelError> {
+    fn embed(&self, table: &Embedding, tokens: Tokens<'_>) -> Result<HostRows, ModelError> {
         let Some(matrix) = HostMatrix::of(&table.table) else {
             return self.rows_of(&self.mlx.embed(table, tokens)?);
+        };
+        let read;
+        let tokens = match tokens {
+            Tokens::Host(ids) => ids,
+            Tokens::Device(ids) => {
+                read = readable::<u32>(ids)?;
+                read.try_as_slice::<u32>()
+                    .map_err(|e| ModelError::Host(format!("cannot read token ids: {e}")))?
+            }
         };
         let mut data = Vec::new();
         for &id in tokens {

@@ -24,7 +24,7 @@ use super::config::ModelConfig;
 use super::host_ops::HostOps;
 use super::layers::{Embedding, Linear, RmsNorm};
 use super::mlx_ops::MlxOps;
-use super::ops::Ops;
+use super::ops::{Ops, Tokens};
 use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
@@ -197,6 +197,24 @@ impl Llama {
         tokens: &[u32],
         caches: &mut [Box<dyn KvCache>],
     ) -> Result<Array, ModelError> {
+        self.forward_tokens(Tokens::Host(tokens), caches)
+    }
+
+    /// [`Llama::forward`] for token ids in a `[L]` uint32 array, which may still be being
+    /// computed: on the MLX backends the step's graph is built without waiting for it.
+    pub fn forward_ids(
+        &self,
+        ids: &Array,
+        caches: &mut [Box<dyn KvCache>],
+    ) -> Result<Array, ModelError> {
+        self.forward_tokens(Tokens::Device(ids), caches)
+    }
+
+    fn forward_tokens(
+        &self,
+        tokens: Tokens<'_>,
+        caches: &mut [Box<dyn KvCache>],
+    ) -> Result<Array, ModelError> {
         if caches.len() != self.layers.len() {
             return Err(ModelError::Input(format!(
                 "{} caches for {} layers",
@@ -219,7 +237,7 @@ impl Llama {
     fn run<O: Ops>(
         &self,
         o: &O,
-        tokens: &[u32],
+        tokens: Tokens<'_>,
         caches: &mut [Box<dyn KvCache>],
     ) -> Result<Array, ModelError> {
         let mut h = o.embed(&self.embed_tokens, tokens)?;

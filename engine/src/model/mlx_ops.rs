@@ -8,7 +8,7 @@
 use mlx_rs::{fast, nn::silu, ops, Array};
 
 use super::layers::{Embedding, Matrix, RmsNorm};
-use super::ops::Ops;
+use super::ops::{Ops, Tokens};
 use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
@@ -73,8 +73,11 @@ impl Ops for MlxOps<'_> {
     type Rows = Array;
     type Heads = Array;
 
-    fn embed(&self, table: &Embedding, tokens: &[u32]) -> Result<Array, ModelError> {
-        let ids = Array::from_slice(tokens, &[tokens.len() as i32]);
+    fn embed(&self, table: &Embedding, tokens: Tokens<'_>) -> Result<Array, ModelError> {
+        let ids = match tokens {
+            Tokens::Host(ids) => Array::from_slice(ids, &[ids.len() as i32]),
+            Tokens::Device(ids) => ids.reshape(&[-1])?,
+        };
         let rows = match &table.table {
             Matrix::Dense(w) => w.take_axis(&ids, 0)?,
             Matrix::Quantized {
@@ -90,7 +93,7 @@ impl Ops for MlxOps<'_> {
                 quant.bits,
             )?,
         };
-        let rows = rows.reshape(&[1, tokens.len() as i32, -1])?;
+        let rows = rows.reshape(&[1, ids.dim(0), -1])?;
         self.checked("the token embeddings", rows)
     }
 
@@ -233,8 +236,8 @@ mod tests {
         let emb_q = Embedding { table: q.weight };
         let emb_d = Embedding { table: d.weight };
         let (eq, ed) = (
-            ops.embed(&emb_q, &[5, 0, 2]).unwrap(),
-            ops.embed(&emb_d, &[5, 0, 2]).unwrap(),
+            ops.embed(&emb_q, Tokens::Host(&[5, 0, 2])).unwrap(),
+            ops.embed(&emb_d, Tokens::Host(&[5, 0, 2])).unwrap(),
         );
         assert_eq!(eq.shape(), &[1, 3, inp as i32]);
         assert_eq!(values(&eq), values(&ed));

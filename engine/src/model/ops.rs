@@ -17,6 +17,32 @@ use super::rope::Rope;
 use crate::cache::KvCache;
 use crate::error::ModelError;
 
+/// The token ids a step runs: read back on the host, or an array on the device that may
+/// not be computed yet (a decode step built on the token the previous step is still
+/// sampling).
+#[derive(Clone, Copy)]
+pub enum Tokens<'a> {
+    /// Ids on the host.
+    Host(&'a [u32]),
+    /// A `[L]` uint32 array.
+    Device(&'a Array),
+}
+
+impl Tokens<'_> {
+    /// `L`, the positions the step runs.
+    pub fn len(&self) -> usize {
+        match self {
+            Tokens::Host(ids) => ids.len(),
+            Tokens::Device(ids) => ids.size(),
+        }
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// The operations of one forward step over the `L` newest positions of one sequence.
 pub(super) trait Ops {
     /// Activations `[L, width]`.
@@ -25,7 +51,7 @@ pub(super) trait Ops {
     type Heads;
 
     /// The embedding rows of `tokens`, `[L, hidden]`.
-    fn embed(&self, table: &Embedding, tokens: &[u32]) -> Result<Self::Rows, ModelError>;
+    fn embed(&self, table: &Embedding, tokens: Tokens<'_>) -> Result<Self::Rows, ModelError>;
 
     /// `x W^T + b`.
     fn linear(

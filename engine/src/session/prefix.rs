@@ -68,6 +68,21 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Makes the caches and the token list agree after a generation, which may leave the
+    /// caches one token longer (an end-of-text token fed ahead of being read) or shorter
+    /// (a last token accepted but not fed) than the tokens (see `crate::decode`).
+    pub fn sync(&mut self) -> Result<(), crate::cache::CacheError> {
+        let held = self.caches.first().map_or(0, |c| c.len());
+        if held > self.tokens.len() {
+            self.truncate(self.tokens.len())?;
+        } else {
+            self.tokens.truncate(held);
+        }
+        Ok(())
+    }
+}
+
 /// Length of the common prefix of two token lists.
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -123,6 +138,29 @@ mod tests {
         );
         s.tokens = tokens.to_vec();
         s
+    }
+
+    /// A slot whose one cache holds `held` positions and whose token list is `tokens`.
+    fn filled(held: usize, tokens: usize) -> Slot {
+        let mut s = slot(&(0..tokens as u32).collect::<Vec<_>>());
+        let kv = mlx_rs::Array::from_slice(&vec![0.5f32; held * 4], &[1, 1, held as i32, 4]);
+        s.caches[0].attend(&kv, &kv, &kv, 1.0).unwrap();
+        s
+    }
+
+    #[test]
+    fn sync_cuts_the_longer_of_caches_and_tokens() {
+        // A token fed ahead of being read (an end-of-text token on MLX): the cache is cut.
+        let mut s = filled(6, 5);
+        s.sync().unwrap();
+        assert_eq!((s.caches[0].len(), s.tokens.len()), (5, 5));
+        // A token accepted but never fed (the host backend): the token list is cut.
+        let mut s = filled(6, 7);
+        s.sync().unwrap();
+        assert_eq!((s.caches[0].len(), s.tokens.len()), (6, 6));
+        let mut s = filled(6, 6);
+        s.sync().unwrap();
+        assert_eq!((s.caches[0].len(), s.tokens.len()), (6, 6));
     }
 
     #[test]

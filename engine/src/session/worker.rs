@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use mlx_rs::{Array, Dtype};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 
@@ -16,6 +15,7 @@ use super::prefix::{self, Slot};
 use super::prompt;
 use super::request::{Event, FinishReason, Prompt, Request};
 use crate::cache::CacheConfig;
+use crate::decode::Decoder;
 use crate::loader::LoadedModel;
 use crate::sampling::Sampler;
 use crate::stats::{KvStats, MemoryProbe, Phase, Stats};
@@ -299,7 +299,7 @@ impl Worker {
             emit_stats(self, Phase::Prefill, &mut clock, counts, false);
         }
         clock.prefill_end = Some(Instant::now());
-        let mut logits = logits.expect("at least one prompt token is prefilled");
+        let logits = logits.expect("at least one prompt token is prefilled");
         if request.max_tokens == 0 {
             // A prefill-only request: the prompt is in the cache for the next one.
             return self.finish(
@@ -313,15 +313,30 @@ impl Worker {
         }
 
         // Decode.
-        let mut sampler = Sampler::new(request.sampling.clone());
+        let sampler = Sampler::new(request.sampling.clone())?;
+        let mut decoder = Decoder::new(
+            &self.loaded.model,
+            sampler,
+            &logits,
+            &self.slots[slot].tokens,
+        )?;
         let mut stream = TextStream::new();
         let mut text = String::new();
         let reason = loop {
             if self.stopped(cancel, events) {
                 break FinishReason::Cancelled;
             }
-            let values = to_f32_vec(&logits)?;
-            let token = sampler.sample(&values, &self.slots[slot].tokens);
+            // Whether a token may follow this one: then the step feeding it is built
+            // before it is read (see `crate::decode`).
+            let more = counts.generated + 1 < request.max_tokens
+                && self.slots[slot].tokens.len() + 1 < self.context_length;
+            let slot_ref = &mut self.slots[slot];
+            let token = decoder.next_token(
+                &self.loaded.model,
+                &mut slot_ref.caches,
+                &slot_ref.tokens,
+                more,
+            )?;
             if clock.first_token.is_none() {
                 clock.first_token = Some(Instant::now());
             }
@@ -344,11 +359,12 @@ impl Worker {
             if self.slots[slot].tokens.len() + 1 >= self.context_length {
                 break FinishReason::ContextFull;
             }
-            let slot_ref = &mut self.slots[slot];
-            let hidden = self.loaded.model.forward(&[token], &mut slot_ref.caches)?;
-            slot_ref.tokens.push(token);
-            logits = self.loaded.model.last_logits(&hidden)?;
+            self.slots[slot].tokens.push(token);
         };
+        // An end-of-text token fed ahead, or a token accepted but not fed (the host
+        // backend feeds each one when the next is asked for): caches and tokens agree
+        // again before the slot is reused.
+        self.slots[slot].sync()?;
         if let Some(rest) = stream.flush(&self.loaded.tokenizer)? {
             text.push_str(&rest);
             let _ = events.send(Event::Token {
@@ -400,15 +416,4 @@ fn rate(tokens: usize, secs: f64) -> f64 {
     } else {
         0.0
     }
-}
-
-/// Evaluates logits and copies them out as `f32`.
-fn to_f32_vec(logits: &Array) -> Result<Vec<f32>, EngineError> {
-    let logits = if logits.dtype() == Dtype::Float32 {
-        logits.clone()
-    } else {
-        logits.as_dtype(Dtype::Float32)?
-    };
-    logits.eval()?;
-    Ok(logits.as_slice::<f32>().to_vec())
 }

@@ -1,0 +1,106 @@
+//! Decoding token by token after a prefill, as mlx-lm's `generate_step` runs it.
+//!
+//! The sampler picks each token on the device ([`crate::sampling`]), so a step reads back
+//! one token id. On the MLX backends the step that feeds a token to the model is built on
+//! the token's lazy array and handed to MLX (`async_eval`) *before* the token is read back:
+//! the device computes step `n + 1` while the caller reads, detokenizes and reports token
+//! `n`, and no step waits for the host. The host backend's kernels run on host values, so
+//! there each token is read first and fed when the next one is asked for.
+//!
+//! So when the caller stops, the caches may hold one token more than it accepted (an
+//! end-of-text token fed before it was read) or, on the host backend, one fewer (the last
+//! accepted token, never fed): the caller compares the caches' length with its tokens and
+//! cuts the longer back (`session::prefix::Slot::sync`).
+
+use mlx_rs::{error::Exception, transforms::async_eval, Array};
+
+use crate::cache::KvCache;
+use crate::error::ModelError;
+use crate::model::Llama;
+use crate::sampling::{Context, Sampler};
+
+/// Token-by-token generation over one set of layer caches.
+pub struct Decoder {
+    sampler: Sampler,
+    /// Build the next step before reading the current token (the MLX backends).
+    pipelined: bool,
+    /// The next token to hand out, sampled (maybe still being computed).
+    pending: Option<Array>,
+    /// A token handed out but not fed to the model yet (the host backend).
+    unfed: Option<u32>,
+}
+
+impl Decoder {
+    /// Starts from `logits` (`[vocab]`, the prefill's last position) after the tokens
+    /// `context` that the caches hold, for `model`.
+    pub fn new(
+        model: &Llama,
+        mut sampler: Sampler,
+        logits: &Array,
+        context: &[u32],
+    ) -> Result<Self, ModelError> {
+        let first = sampler.sample(logits, Context::known(context))?;
+        async_eval([&first])?;
+        Ok(Self {
+            pipelined: model.backend().pipelines(),
+            sampler,
+            pending: Some(first),
+            unfed: None,
+        })
+    }
+
+    /// The next token. `context` is every token the caches should hold before it (the
+    /// prompt and the tokens handed out so far, which the caller appends as it accepts
+    /// them). With `more`, the caller may ask for another token after this one, so the
+    /// step feeding this one may be built now; without it, this is the last token and
+    /// nothing is fed.
+    pub fn next_token(
+        &mut self,
+        model: &Llama,
+        caches: &mut [Box<dyn KvCache>],
+        context: &[u32],
+        more: bool,
+    ) -> Result<u32, ModelError> {
+        if let Some(token) = self.unfed.take() {
+            let logits = step(model, &Array::from_slice(&[token], &[1]), caches)?;
+            self.pending = Some(self.sampler.sample(&logits, Context::known(context))?);
+        }
+        let current = self
+            .pending
+            .take()
+            .ok_or_else(|| ModelError::Input("the decoder has handed out its last token".into()))?;
+        if more && self.pipelined {
+            let logits = step(model, &current, caches)?;
+            let next = self.sampler.sample(
+                &logits,
+                Context {
+                    known: context,
+                    pending: Some(&current),
+                },
+            )?;
+            async_eval([&next])?;
+            self.pending = Some(next);
+        }
+        let token = read_token(&current)?;
+        if more && !self.pipelined {
+            self.unfed = Some(token);
+        }
+        Ok(token)
+    }
+}
+
+/// One token through the model: the logits of what follows it, lazy.
+fn step(
+    model: &Llama,
+    token: &Array,
+    caches: &mut [Box<dyn KvCache>],
+) -> Result<Array, ModelError> {
+    let hidden = model.forward_ids(token, caches)?;
+    model.last_logits(&hidden)
+}
+
+/// Waits for a sampled token and reads it.
+fn read_token(token: &Array) -> Result<u32, Exception> {
+    token.eval()?;
+    Ok(token.as_slice::<u32>()[0])
+}
