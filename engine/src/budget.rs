@@ -87,9 +87,13 @@ pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_
         CacheConfig::Full => 2 * t * d * dtype_bytes,
         CacheConfig::Kivi(k) => {
             let dtype_bytes = dtype_bytes.min(2);
-            let (r, g) = (k.residual_length() as u64, k.group_size() as u64);
-            // Tokens age out of the residual window in whole groups (DESIGN.md).
-            let quantized = t.saturating_sub(r) / g * g;
+            let g = k.group_size() as u64;
+            // The flush rule (sinks stay in full precision; the window ages out in whole
+            // groups after them).
+            let sinks = kivi_kernels::sink_len(tokens, k.sinks());
+            let quantized =
+                kivi_kernels::quantized_len(tokens - sinks, k.residual_length(), k.group_size())
+                    as u64;
             let residual = t - quantized;
             let value_group = g.min(d).max(1);
             let keys =
@@ -307,5 +311,11 @@ mod tests {
         let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, 4);
         let kivi = kv_cache_bytes(SHAPE, 8192, &k2, 4);
         assert!(kivi * 5 < full, "{kivi} vs {full}");
+        // Four sinks: the first group is quantized four tokens later, and the sinks count
+        // as full precision.
+        let s4: CacheConfig = "k2v2-g32-r128-s4".parse().unwrap();
+        let one = |t| kv_cache_bytes(SHAPE, t, &s4, 4) / 90;
+        assert_eq!(one(163), 2 * 163 * 64 * 2);
+        assert_eq!(one(164), quantized + 2 * (4 + 128) * 64 * 2);
     }
 }

@@ -30,6 +30,7 @@ impl KvStats {
         for l in &layers {
             total.tokens = total.tokens.max(l.tokens);
             total.quantized_tokens = total.quantized_tokens.max(l.quantized_tokens);
+            total.sink_tokens = total.sink_tokens.max(l.sink_tokens);
             total.residual_tokens = total.residual_tokens.max(l.residual_tokens);
             total.residual_capacity = total.residual_capacity.max(l.residual_capacity);
             total.fp16_bytes += l.fp16_bytes;

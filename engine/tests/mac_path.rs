@@ -108,7 +108,7 @@ impl Run {
     fn new(config: CacheConfig) -> Self {
         let prompt = match config {
             CacheConfig::Full => 64,
-            CacheConfig::Kivi(k) => k.residual_length() + 2 * k.group_size() - 1,
+            CacheConfig::Kivi(k) => k.sinks() + k.residual_length() + 2 * k.group_size() - 1,
         };
         Run { prompt }
     }
@@ -246,19 +246,19 @@ fn follows_float32(name: &str) {
     if let CacheConfig::Kivi(k) = config {
         // After each chunk the window is full, with history before it: the next step
         // flushes a group.
-        let (r, g) = (k.residual_length(), k.group_size());
+        let (r, g, s) = (k.residual_length(), k.group_size(), k.sinks());
+        // Quantized tokens after `at` appends: the flush rule runs after the sinks.
+        let quantized = |at: usize| kivi_kernels::quantized_len(at - at.min(s), r, g);
         for at in [run.prompt, run.prompt + 3 + SECOND] {
-            let q = kivi_kernels::quantized_len(at, r, g);
+            let q = quantized(at);
             assert!(
-                q > 0 && at - q == r + g - 1,
+                q > 0 && at - s - q == r + g - 1,
                 "{config}: {at} tokens hold {q} quantized"
             );
-            assert_eq!(kivi_kernels::quantized_len(at + 1, r, g), q + g);
+            assert_eq!(quantized(at + 1), q + g);
         }
-        assert_eq!(
-            layer.quantized_tokens,
-            kivi_kernels::quantized_len(layer.tokens, r, g)
-        );
+        assert_eq!(layer.quantized_tokens, quantized(layer.tokens));
+        assert_eq!(layer.sink_tokens, s);
     }
     assert!(
         leading >= tolerance.leading.min(n),
@@ -314,13 +314,17 @@ fn follows_float32(name: &str) {
     // Cut into the quantized history, where KIVI keeps whole groups, and fed the rest as a
     // prompt chunk: the cache holds every token again and answers. (Its hidden states are
     // not the step-by-step ones: a chunk's queries read its own flushed tokens quantized.)
-    let quantized = restored[0].stats().quantized_tokens;
-    let cut = quantized.max(50) - 1;
+    let (quantized, sinks) = {
+        let stats = restored[0].stats();
+        (stats.quantized_tokens, stats.sink_tokens)
+    };
+    let cut = (sinks + quantized).max(50) - 1;
     let group = group_of(config);
+    // Whole groups after the sinks.
     let want_kept = if quantized == 0 {
         cut
     } else {
-        cut / group * group
+        sinks + (cut - sinks) / group * group
     };
     let kept: Vec<usize> = restored
         .iter_mut()
@@ -346,6 +350,12 @@ fn kivi_k2v2_r32_follows_float32_across_two_flushes() {
 #[test]
 fn kivi_k4v4_r128_follows_float32_across_two_flushes() {
     follows_float32("k4v4-g32-r128");
+}
+
+/// KIVI+: four sinks and keys and values in the Hadamard basis.
+#[test]
+fn kivi_plus_k2v2_r32_follows_float32_across_two_flushes() {
+    follows_float32("k2v2-g32-r32-s4-rot");
 }
 
 /// Two turns of a conversation through the engine on the backend: the second reuses the

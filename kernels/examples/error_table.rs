@@ -50,6 +50,8 @@ fn main() {
                     residual,
                     key_axis: axis,
                     storage: Default::default(),
+                    sinks: 0,
+                    rotation: Default::default(),
                 };
                 let (mut rel, mut cos, mut spec_rel) = (0.0, 0.0, 0.0f64);
                 for layer in &layers {
@@ -117,6 +119,7 @@ fn kivi_attention(layer: &Layer, spec: &CacheSpec, scale: f32) -> Vec<f32> {
         values: Some(&qv),
         residual_keys: Some(&k[1]),
         residual_values: Some(&v[1]),
+        sinks: 0,
     };
     let queries = Array::from_slice(&layer.queries, &[1, layer.heads as i32, 1, d]);
     let out = attention::attend(&queries, view, scale, Kernels::Host).unwrap();

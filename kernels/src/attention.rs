@@ -90,21 +90,34 @@ pub fn attend_host(
     let dims = |a: &Array| a.shape().iter().map(|&d| d as usize).collect::<Vec<_>>();
     // (keys, their shape, values, their shape, channel-major keys) per segment.
     type Part<'a> = (&'a [f32], Vec<usize>, &'a [f32], Vec<usize>, bool);
-    let mut parts: Vec<Part<'_>> = Vec::with_capacity(2);
+    let mut parts: Vec<Part<'_>> = Vec::with_capacity(3);
+    // The residual's leading sinks come first in position order, then the history, then
+    // the window.
+    let residual = match &residual {
+        Some((k, v)) => Some((host_slice(k)?, dims(k), host_slice(v)?, dims(v))),
+        None => None,
+    };
+    if let Some((k, ks, v, vs)) = &residual {
+        if cache.sinks > 0 {
+            parts.push((k, ks.clone(), v, vs.clone(), false));
+        }
+    }
     if let Some(((k, key_shape), (v, value_shape))) = &history {
         let channel_major = cache.key_axis == KeyAxis::PerChannel;
         parts.push((k, key_shape.clone(), v, value_shape.clone(), channel_major));
     }
-    if let Some((k, v)) = &residual {
-        parts.push((host_slice(k)?, dims(k), host_slice(v)?, dims(v), false));
+    if let Some((k, ks, v, vs)) = &residual {
+        parts.push((k, ks.clone(), v, vs.clone(), false));
     }
+    let sink_part = usize::from(cache.sinks > 0 && residual.is_some());
     let (batch_n, kv_n, dim_n) = (batch as usize, kv_heads as usize, dim as usize);
     let value_dim = parts
         .first()
         .map_or(0, |p| p.3.get(3).copied().unwrap_or(0));
     let mut keys = Vec::with_capacity(parts.len());
     let mut values = Vec::with_capacity(parts.len());
-    for (k, ks, v, vs, channel_major) in &parts {
+    let last = parts.len().saturating_sub(1);
+    for (index, (k, ks, v, vs, channel_major)) in parts.iter().enumerate() {
         let misfit = || {
             KernelError::Shape(format!(
                 "cache arrays {ks:?} and {vs:?} do not fit queries {:?}",
@@ -120,16 +133,23 @@ pub fn attend_host(
         if (ks[2], ks[3]) != (key_rows, key_cols) || vs[3] != value_dim {
             return Err(misfit());
         }
+        // The residual's tokens split into its sinks (the first part) and its window (the
+        // last): each a run of rows of the same buffers.
+        let (skip, len) = match (sink_part, index) {
+            (1, 0) => (0, cache.sinks.min(tokens)),
+            (1, i) if i == last => (cache.sinks.min(tokens), tokens - cache.sinks.min(tokens)),
+            _ => (0, tokens),
+        };
         keys.push(Segment {
-            data: k,
-            len: tokens,
+            data: &k[skip * dim_n..],
+            len,
             head_stride: key_rows * key_cols,
             row_stride: key_cols,
             channel_major: *channel_major,
         });
         values.push(Segment {
-            data: v,
-            len: tokens,
+            data: &v[skip * value_dim..],
+            len,
             head_stride: tokens * value_dim,
             row_stride: value_dim,
             channel_major: false,
@@ -212,11 +232,18 @@ fn attend_block(
         .as_dtype(queries.dtype())?
         .reshape(&[batch, kv_heads, rows, dim])?;
 
-    let mut scores = Vec::with_capacity(2);
+    // The residual's leading sinks (positions 0..S) come before the quantized history.
+    let sinks = cache.sinks.min(tr) as i32;
+    let (sink_keys, window_keys) = split_sinks(cache.residual_keys, sinks)?;
+    let (sink_values, window_values) = split_sinks(cache.residual_values, sinks)?;
+    let mut scores = Vec::with_capacity(3);
+    if let Some(keys) = &sink_keys {
+        scores.push(q.matmul(keys.swap_axes(-1, -2)?)?);
+    }
     if let Some(keys) = cache.keys {
         scores.push(keys.matmul(&q, cache.key_axis == KeyAxis::PerToken)?);
     }
-    if let Some(keys) = cache.residual_keys {
+    if let Some(keys) = &window_keys {
         scores.push(q.matmul(keys.swap_axes(-1, -2)?)?);
     }
     let mut scores = match scores.len() {
@@ -229,30 +256,58 @@ fn attend_block(
     }
     let weights = ops::softmax_axis(&scores, -1, true)?;
 
-    let (quantized_w, residual_w) = match (tq, tr) {
-        (0, _) => (None, Some(weights)),
-        (_, 0) => (Some(weights), None),
-        _ => {
-            let mut parts = weights
-                .split_at_indices(&[tq as i32], Some(-1))?
-                .into_iter();
-            (parts.next(), parts.next())
-        }
-    };
+    // The weights split like the scores: sinks, quantized history, window.
+    let (s, q_end) = (sinks, sinks + tq as i32);
+    let cuts: Vec<i32> = [s, q_end]
+        .into_iter()
+        .filter(|&c| c > 0 && c < (tq + tr) as i32)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut pieces = weights.split_at_indices(&cuts, Some(-1))?.into_iter();
+    let mut take = |len: i32| if len > 0 { pieces.next() } else { None };
+    let (sink_w, quantized_w, window_w) =
+        (take(s), take(tq as i32), take((tq + tr) as i32 - q_end));
     let mut out: Option<Array> = None;
-    if let (Some(w), Some(values)) = (quantized_w, cache.values) {
-        out = Some(values.matmul(&w, false)?);
-    }
-    if let (Some(w), Some(values)) = (residual_w, cache.residual_values) {
-        let part = w.matmul(values)?;
-        out = Some(match out {
+    let mut add = |part: Array| -> Result<(), KernelError> {
+        out = Some(match out.take() {
             Some(o) => ops::add(&o, &part)?,
             None => part,
         });
+        Ok(())
+    };
+    if let (Some(w), Some(values)) = (sink_w, &sink_values) {
+        add(w.matmul(values)?)?;
+    }
+    if let (Some(w), Some(values)) = (quantized_w, cache.values) {
+        add(values.matmul(&w, false)?)?;
+    }
+    if let (Some(w), Some(values)) = (window_w, &window_values) {
+        add(w.matmul(values)?)?;
     }
     let out = out.expect("a non-empty cache has a quantized or a residual part");
     let value_dim = out.dim(-1);
     Ok(out.reshape(&[batch, heads, len, value_dim])?)
+}
+
+/// A residual array `[B, H, Tr, D]` split into its first `sinks` tokens and the rest (either
+/// `None` when empty).
+fn split_sinks(
+    residual: Option<&Array>,
+    sinks: i32,
+) -> Result<(Option<Array>, Option<Array>), KernelError> {
+    let Some(residual) = residual else {
+        return Ok((None, None));
+    };
+    let len = residual.dim(2);
+    Ok(match sinks {
+        0 => (None, Some(residual.clone())),
+        s if s >= len => (Some(residual.clone()), None),
+        s => {
+            let mut parts = residual.split_at_indices(&[s], Some(2))?.into_iter();
+            (parts.next(), parts.next())
+        }
+    })
 }
 
 /// Sets the scores of query `i` (at position `first + i`) for later keys to -inf. The

@@ -4,8 +4,11 @@ use mlx_rs::Array;
 
 use crate::{mlx_quant::QuantizedArray, KeyAxis};
 
-/// One layer's cache as attention reads it: the quantized history (oldest tokens), then the
-/// full-precision residual window (newest tokens). Either part may be absent.
+/// One layer's cache as attention reads it: the quantized history, then the full-precision
+/// residual window (newest tokens). Either part may be absent. With KIVI+'s attention
+/// sinks, the residual arrays begin with the `sinks` first tokens of the sequence, which
+/// come before the quantized history in position order (chunk attention orders its
+/// segments that way; decode attention sees every token and needs no order).
 #[derive(Debug, Clone, Copy)]
 pub struct CacheView<'a> {
     /// Quantized keys: `[B, n_kv, D, Tq]` per channel, or `[B, n_kv, Tq, D]` per token.
@@ -18,6 +21,8 @@ pub struct CacheView<'a> {
     pub residual_keys: Option<&'a Array>,
     /// Residual values, `[B, n_kv, Tr, D]`.
     pub residual_values: Option<&'a Array>,
+    /// Leading residual tokens that are attention sinks (positions `0..sinks`).
+    pub sinks: usize,
 }
 
 impl CacheView<'_> {

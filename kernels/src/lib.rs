@@ -1,11 +1,13 @@
 //! KIVI math: the spec in plain Rust, the same quantizer on MLX, and attention over a
 //! quantized KV cache.
 //!
-//! - [`spec`]: bit widths, group sizes and the residual flush rule `Q(T)`.
+//! - [`spec`]: bit widths, group sizes, the residual flush rule `Q(T)`, KIVI+'s sinks and
+//!   rotation.
 //! - [`pack`]: packing 2- and 4-bit codes into `u32` words in MLX's layout.
 //! - [`reference`]: the reference quantizer, the spec every other path is tested against.
 //! - [`reference_attention`]: attention in plain Rust (f64), the spec for attention.
 //! - [`mlx_quant`]: the same quantizer as an MLX graph, bit-identical to the reference.
+//! - [`rotation`]: KIVI+'s Hadamard basis, on the host and as an MLX operation, alike.
 //! - [`attention`]: decode and chunk attention over quantized history plus residual
 //!   ([`CacheView`]), by the implementation [`Kernels`] names.
 //! - [`fused`]: a plain-Rust CPU kernel for single-position decode attention.
@@ -24,10 +26,11 @@ pub mod pack;
 pub mod qmatmul;
 pub mod reference;
 pub mod reference_attention;
+pub mod rotation;
 pub mod spec;
 pub mod testdata;
 
 pub use cache_view::CacheView;
 pub use dispatch::Kernels;
 pub use error::KernelError;
-pub use spec::{quantized_after, quantized_len, KeyAxis, QuantSpec};
+pub use spec::{quantized_after, quantized_len, sink_len, KeyAxis, QuantSpec, Rotation};

@@ -8,7 +8,7 @@
 //! has `scale = 0`; its codes are 0 and it reconstructs exactly as `zero`, with no division
 //! by zero. Inputs are finite `f32`.
 
-use crate::{pack, quantized_len, KernelError, KeyAxis, QuantSpec};
+use crate::{pack, quantized_len, rotation, sink_len, KernelError, KeyAxis, QuantSpec, Rotation};
 
 /// A row-major `[rows, cols]` matrix quantized in groups of `G` consecutive values of a row.
 #[derive(Debug, Clone, PartialEq)]
@@ -193,11 +193,39 @@ pub struct CacheSpec {
     pub key_axis: KeyAxis,
     /// How scales, zeros and the residual window are stored.
     pub storage: Storage,
+    /// KIVI+: the first tokens kept in full precision for good (0: plain KIVI).
+    pub sinks: usize,
+    /// KIVI+: which of keys and values are stored in the Hadamard basis.
+    pub rotation: Rotation,
 }
 
-/// What a KIVI cache holding the stream `keys`, `values` (`[T, D]`, one head) stands for:
-/// the first `Q(T)` tokens quantized and dequantized, the rest exactly as given. This is the
-/// cache's content by the spec; attention over it is what the cache's attention must equal.
+impl CacheSpec {
+    /// Plain KIVI (no sinks, no rotation).
+    pub fn plain(
+        keys: QuantSpec,
+        values: QuantSpec,
+        residual: usize,
+        key_axis: KeyAxis,
+        storage: Storage,
+    ) -> Self {
+        Self {
+            keys,
+            values,
+            residual,
+            key_axis,
+            storage,
+            sinks: 0,
+            rotation: Rotation::None,
+        }
+    }
+}
+
+/// What a KIVI cache holding the stream `keys`, `values` (`[T, D]`, one head) stands for, in
+/// the cache's own basis: keys and values rotated where the spec says (`x·H`), stored in
+/// the storage format, then the first `S' = min(T, S)` tokens (sinks) and the window kept
+/// exactly and the `Q = max(0, floor((T - S' - R) / G) * G)` tokens after the sinks
+/// quantized and dequantized. This is the cache's content by the spec; attention over it
+/// (with the query and output rotated alike) is what the cache's attention must equal.
 pub fn dequantized_cache(
     keys: &[f32],
     values: &[f32],
@@ -212,11 +240,23 @@ pub fn dequantized_cache(
             values.len()
         )));
     }
-    let quantized = quantized_len(tokens, spec.residual, spec.keys.group_size());
-    let split = quantized * dim;
-    // Everything the cache holds went through the storage format first.
-    let stored = |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| spec.storage.round(x)).collect() };
-    let (keys, values) = (stored(keys), stored(values));
+    let sinks = sink_len(tokens, spec.sinks);
+    let quantized = quantized_len(tokens - sinks, spec.residual, spec.keys.group_size());
+    let (start, split) = (sinks * dim, (sinks + quantized) * dim);
+    // Everything the cache holds went into its basis, then through the storage format.
+    let stored = |x: &[f32], rotate: bool| -> Result<Vec<f32>, KernelError> {
+        let mut x = x.to_vec();
+        if rotate {
+            rotation::rotate_rows(&mut x, dim)?;
+        }
+        Ok(x.iter().map(|&x| spec.storage.round(x)).collect())
+    };
+    let (all_keys, all_values) = (
+        stored(keys, spec.rotation.keys())?,
+        stored(values, spec.rotation.values())?,
+    );
+    let (keys, values) = (&all_keys[start..], &all_values[start..]);
+    let split = split - start;
     let rows = |x: &[f32], rows: usize, cols: usize, q: QuantSpec| {
         quantize_rows_stored(x, rows, cols, q, spec.storage).map(|m| m.dequantize())
     };
@@ -236,7 +276,8 @@ pub fn dequantized_cache(
     let mut v = rows(&values[..split], quantized, dim, spec.values.for_axis(dim)?)?;
     k.extend_from_slice(&keys[split..]);
     v.extend_from_slice(&values[split..]);
-    Ok((k, v))
+    let with_sinks = |sunk: &[f32], rest: Vec<f32>| [&sunk[..start], &rest[..]].concat();
+    Ok((with_sinks(&all_keys, k), with_sinks(&all_values, v)))
 }
 
 #[cfg(test)]
@@ -328,18 +369,75 @@ mod tests {
         let mut rng = XorShift::new(11);
         let keys: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
         let values: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
-        let cache = CacheSpec {
-            keys: spec(2, 32),
-            values: spec(2, 32),
-            residual: 32,
-            key_axis: KeyAxis::PerChannel,
-            storage: Storage::F32,
-        };
+        let cache = CacheSpec::plain(
+            spec(2, 32),
+            spec(2, 32),
+            32,
+            KeyAxis::PerChannel,
+            Storage::F32,
+        );
         let (k, v) = dequantized_cache(&keys, &values, dim, &cache).unwrap();
         let q = quantized_len(tokens, 32, 32) * dim;
         assert_eq!(q, 64 * dim);
         assert_eq!(&k[q..], &keys[q..]);
         assert_eq!(&v[q..], &values[q..]);
         assert_ne!(&k[..q], &keys[..q]);
+    }
+
+    #[test]
+    fn sinks_stay_exact_and_groups_align_after_them() {
+        let (tokens, dim, sinks) = (104, 64, 4);
+        let mut rng = XorShift::new(12);
+        let keys: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let values: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let mut cache = CacheSpec::plain(
+            spec(2, 32),
+            spec(2, 32),
+            32,
+            KeyAxis::PerChannel,
+            Storage::F32,
+        );
+        cache.sinks = sinks;
+        let (k, v) = dequantized_cache(&keys, &values, dim, &cache).unwrap();
+        // 104 - 4 - 32 = 68: two groups quantized, at positions 4..68.
+        let (s, q) = (sinks * dim, (sinks + 64) * dim);
+        assert_eq!((&k[..s], &v[..s]), (&keys[..s], &values[..s]));
+        assert_ne!(&k[s..q], &keys[s..q]);
+        assert_eq!((&k[q..], &v[q..]), (&keys[q..], &values[q..]));
+        // The quantized part is the plain quantizer's on the tokens after the sinks.
+        let plain = CacheSpec { sinks: 0, ..cache };
+        let (pk, _) = dequantized_cache(&keys[s..], &values[s..], dim, &plain).unwrap();
+        assert_eq!(&k[s..], &pk[..]);
+        // Fewer tokens than sinks: everything exact.
+        let few = 3 * dim;
+        let (k, _) = dequantized_cache(&keys[..few], &values[..few], dim, &cache).unwrap();
+        assert_eq!(&k[..], &keys[..few]);
+    }
+
+    #[test]
+    fn rotated_content_is_the_rotated_stream_quantized() {
+        let (tokens, dim) = (96, 64);
+        let mut rng = XorShift::new(13);
+        let keys: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let values: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let mut cache = CacheSpec::plain(
+            spec(4, 32),
+            spec(4, 32),
+            32,
+            KeyAxis::PerChannel,
+            Storage::F32,
+        );
+        cache.rotation = Rotation::Values;
+        let (k, v) = dequantized_cache(&keys, &values, dim, &cache).unwrap();
+        let plain = CacheSpec {
+            rotation: Rotation::None,
+            ..cache
+        };
+        let (pk, _) = dequantized_cache(&keys, &values, dim, &plain).unwrap();
+        assert_eq!(k, pk, "keys are not rotated");
+        let mut rotated = values.clone();
+        rotation::rotate_rows(&mut rotated, dim).unwrap();
+        let (_, want) = dequantized_cache(&keys, &rotated, dim, &plain).unwrap();
+        assert_eq!(v, want);
     }
 }

@@ -84,6 +84,34 @@ pub enum KeyAxis {
     PerToken,
 }
 
+/// KIVI+'s Hadamard basis ([`crate::rotation`]): which of keys and values enter the cache
+/// rotated. `None` is plain KIVI.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rotation {
+    /// Neither.
+    #[default]
+    None,
+    /// Keys (after RoPE) only; queries are rotated alike.
+    Keys,
+    /// Values only; the attention output is rotated back.
+    Values,
+    /// Both.
+    Both,
+}
+
+impl Rotation {
+    /// Whether keys (and so queries) are rotated.
+    pub fn keys(self) -> bool {
+        matches!(self, Rotation::Keys | Rotation::Both)
+    }
+
+    /// Whether values (and so the attention output) are rotated.
+    pub fn values(self) -> bool {
+        matches!(self, Rotation::Values | Rotation::Both)
+    }
+}
+
 /// The flush rule: how many of `tokens` positions are quantized, given that `held` of
 /// them already are (a multiple of `group`) and the residual window is `residual` tokens.
 ///
@@ -101,6 +129,14 @@ pub fn quantized_after(held: usize, tokens: usize, residual: usize, group: usize
 /// empty by appends.
 pub fn quantized_len(tokens: usize, residual: usize, group: usize) -> usize {
     quantized_after(0, tokens, residual, group)
+}
+
+/// Tokens of `tokens` held as attention sinks (KIVI+): the first `sinks` ones, kept in full
+/// precision for good. The flush rule then runs on the tokens after them, so with sinks
+/// `Q(T) = max(0, floor((T - S - R) / G) * G)` quantized tokens sit at positions `[S, S + Q)`:
+/// still a function of `T` alone.
+pub fn sink_len(tokens: usize, sinks: usize) -> usize {
+    tokens.min(sinks)
 }
 
 #[cfg(test)]

@@ -172,6 +172,7 @@ impl PackedLayer {
             values: Some(&self.values),
             residual_keys: Some(&self.residual_keys),
             residual_values: Some(&self.residual_values),
+            sinks: 0,
         }
     }
 }

@@ -20,6 +20,8 @@ fn cache_spec(kb: u32, vb: u32, g: usize, r: usize, key_axis: KeyAxis) -> CacheS
         residual: r,
         key_axis,
         storage: Default::default(),
+        sinks: 0,
+        rotation: Default::default(),
     }
 }
 
@@ -104,6 +106,27 @@ fn causal_chunks_match_the_dequantized_reference() {
                 &layer,
                 &cache_spec(kb, vb, 32, 32, KeyAxis::PerChannel),
             );
+        }
+    }
+}
+
+/// KIVI+'s sinks: the residual arrays hold the first tokens ahead of the window, and chunk
+/// attention must order them before the quantized history (a chunk that starts at 0 sees
+/// sinks causally among themselves).
+#[test]
+fn sinks_are_attended_in_position_order() {
+    for (tokens, chunk) in [(300, 1), (300, 50), (64, 64), (20, 20), (140, 9)] {
+        let layer = Layer::new(
+            tokens as u64 + 5,
+            Profile::Outliers,
+            (4, 2, 64),
+            tokens,
+            chunk,
+        );
+        for sinks in [4, 16] {
+            let mut spec = cache_spec(2, 2, 32, 32, KeyAxis::PerChannel);
+            spec.sinks = sinks;
+            check_against_dequantized_reference(&layer, &spec);
         }
     }
 }

@@ -21,6 +21,8 @@ fn spec(kb: u32, vb: u32, g: usize, r: usize) -> CacheSpec {
         residual: r,
         key_axis: KeyAxis::PerChannel,
         storage: Default::default(),
+        sinks: 0,
+        rotation: Default::default(),
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::{fmt, str::FromStr};
 
-use kivi_kernels::{spec::GROUP_SIZES, KeyAxis, QuantSpec};
+use kivi_kernels::{spec::GROUP_SIZES, KeyAxis, QuantSpec, Rotation};
 use serde::{Deserialize, Serialize};
 
 /// Settings that cannot make a KIVI cache.
@@ -31,15 +31,29 @@ pub enum ConfigError {
         /// The group size it must be a multiple of.
         group: usize,
     },
+    /// More attention sinks than the cache keeps.
+    #[error("sink tokens must be at most {max}, not {sinks} (0, 4 and 16 are typical)")]
+    Sinks {
+        /// What was asked for.
+        sinks: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// A settings string that does not parse.
     #[error(
         "cannot read cache settings {0:?}: expected \"full\" or \"k<2|4>v<2|4>\" with optional \
-         \"-g<32|64|128>\", \"-r<residual>\" and \"-per-token\", e.g. \"k2v2-g32-r128\""
+         \"-g<32|64|128>\", \"-r<residual>\", \"-s<sinks>\", \"-rot\" (or \"-rotk\", \"-rotv\") and \
+         \"-per-token\", e.g. \"k2v2-g32-r128\" or \"k2v2-g32-r128-s4-rot\""
     )]
     Syntax(String),
 }
 
-/// Settings of a KIVI cache (the KIVI paper's defaults: 2 bits, G = 32, R = 128).
+/// Most attention sinks a cache keeps (KIVI+ uses 4 or 16).
+pub const MAX_SINKS: usize = 128;
+
+/// Settings of a KIVI cache (the KIVI paper's defaults: 2 bits, G = 32, R = 128), with
+/// KIVI+'s two optional additions: attention sinks and a Hadamard basis (both off is plain
+/// KIVI).
 ///
 /// Values are grouped along channels, so their group size is clamped to the head: with
 /// head_dim 64 and `group_size` 128, value groups (and per-token key groups) are 64.
@@ -51,9 +65,12 @@ pub struct KiviConfig {
     group_size: usize,
     residual_length: usize,
     key_axis: KeyAxis,
+    sinks: usize,
+    rotation: Rotation,
 }
 
-/// The serialized form, validated on the way in.
+/// The serialized form, validated on the way in. Settings saved before KIVI+ have neither
+/// `sinks` nor `rotation`: they read as plain KIVI, and plain KIVI is written without them.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawKiviConfig {
@@ -63,6 +80,18 @@ struct RawKiviConfig {
     residual_length: usize,
     #[serde(default)]
     key_axis: KeyAxis,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    sinks: usize,
+    #[serde(default, skip_serializing_if = "is_none")]
+    rotation: Rotation,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_none(r: &Rotation) -> bool {
+    *r == Rotation::None
 }
 
 impl TryFrom<RawKiviConfig> for KiviConfig {
@@ -74,7 +103,9 @@ impl TryFrom<RawKiviConfig> for KiviConfig {
             raw.group_size,
             raw.residual_length,
         )?
-        .with_key_axis(raw.key_axis))
+        .with_key_axis(raw.key_axis)
+        .with_sinks(raw.sinks)?
+        .with_rotation(raw.rotation))
     }
 }
 
@@ -86,6 +117,8 @@ impl From<KiviConfig> for RawKiviConfig {
             group_size: c.group_size,
             residual_length: c.residual_length,
             key_axis: c.key_axis,
+            sinks: c.sinks,
+            rotation: c.rotation,
         }
     }
 }
@@ -125,7 +158,53 @@ impl KiviConfig {
             group_size,
             residual_length,
             key_axis: KeyAxis::PerChannel,
+            sinks: 0,
+            rotation: Rotation::None,
         })
+    }
+
+    /// The same settings keeping the first `sinks` tokens in full precision for good
+    /// (KIVI+; quantization groups align after them).
+    pub fn with_sinks(self, sinks: usize) -> Result<Self, ConfigError> {
+        if sinks > MAX_SINKS {
+            return Err(ConfigError::Sinks {
+                sinks,
+                max: MAX_SINKS,
+            });
+        }
+        Ok(Self { sinks, ..self })
+    }
+
+    /// The same settings storing keys, values or both in the Hadamard basis (KIVI+).
+    pub fn with_rotation(self, rotation: Rotation) -> Self {
+        Self { rotation, ..self }
+    }
+
+    /// Attention sinks: the first tokens kept in full precision for good.
+    pub fn sinks(&self) -> usize {
+        self.sinks
+    }
+
+    /// Which of keys and values are stored in the Hadamard basis.
+    pub fn rotation(&self) -> Rotation {
+        self.rotation
+    }
+
+    /// The spec the reference quantizer checks this cache against, with scales, zeros and
+    /// the window stored as `storage`.
+    pub fn reference_spec(
+        &self,
+        storage: kivi_kernels::reference::Storage,
+    ) -> kivi_kernels::reference::CacheSpec {
+        kivi_kernels::reference::CacheSpec {
+            keys: self.key_spec(),
+            values: self.value_spec(),
+            residual: self.residual_length,
+            key_axis: self.key_axis,
+            storage,
+            sinks: self.sinks,
+            rotation: self.rotation,
+        }
     }
 
     /// The same settings with keys grouped along `axis` ([`KeyAxis::PerToken`] is the
@@ -207,6 +286,15 @@ impl fmt::Display for KiviConfig {
             "k{}v{}-g{}-r{}",
             self.key_bits, self.value_bits, self.group_size, self.residual_length
         )?;
+        if self.sinks > 0 {
+            write!(f, "-s{}", self.sinks)?;
+        }
+        match self.rotation {
+            Rotation::None => {}
+            Rotation::Both => f.write_str("-rot")?,
+            Rotation::Keys => f.write_str("-rotk")?,
+            Rotation::Values => f.write_str("-rotv")?,
+        }
         if self.key_axis == KeyAxis::PerToken {
             f.write_str("-per-token")?;
         }
@@ -243,17 +331,29 @@ impl FromStr for KiviConfig {
             .ok_or_else(syntax)?;
         let number = |t: &str| t.parse::<usize>().map_err(|_| syntax());
         let (key_bits, value_bits) = (number(k)? as u32, number(v)? as u32);
-        let (mut group, mut residual) = (32, 128);
+        let (mut group, mut residual, mut sinks, mut rotation) = (32, 128, 0, Rotation::None);
         for part in parts {
-            if let Some(g) = part.strip_prefix('g') {
-                group = number(g)?;
-            } else if let Some(r) = part.strip_prefix('r') {
-                residual = number(r)?;
-            } else {
-                return Err(syntax());
+            match part {
+                "rot" => rotation = Rotation::Both,
+                "rotk" => rotation = Rotation::Keys,
+                "rotv" => rotation = Rotation::Values,
+                _ => {
+                    if let Some(g) = part.strip_prefix('g') {
+                        group = number(g)?;
+                    } else if let Some(r) = part.strip_prefix('r') {
+                        residual = number(r)?;
+                    } else if let Some(n) = part.strip_prefix('s') {
+                        sinks = number(n)?;
+                    } else {
+                        return Err(syntax());
+                    }
+                }
             }
         }
-        Ok(KiviConfig::new(key_bits, value_bits, group, residual)?.with_key_axis(axis))
+        Ok(KiviConfig::new(key_bits, value_bits, group, residual)?
+            .with_key_axis(axis)
+            .with_sinks(sinks)?
+            .with_rotation(rotation))
     }
 }
 
@@ -311,6 +411,10 @@ mod tests {
             "k2v2-g32-r128",
             "k4v2-g64-r0",
             "k2v4-g128-r256-per-token",
+            "k2v2-g32-r128-s4-rot",
+            "k2v2-g32-r128-s16",
+            "k4v4-g32-r128-rotk",
+            "k2v2-g32-r32-s4-rotv-per-token",
         ] {
             let config: CacheConfig = name.parse().unwrap();
             assert_eq!(config.to_string(), name);
@@ -331,5 +435,29 @@ mod tests {
             "k2v2-g32-r40".parse::<CacheConfig>(),
             Err(ConfigError::Residual { .. })
         ));
+        let err = "k2v2-s500".parse::<CacheConfig>().unwrap_err();
+        assert!(matches!(err, ConfigError::Sinks { .. }), "{err}");
+        let plus: CacheConfig = "k2v2-s4-rot".parse().unwrap();
+        let CacheConfig::Kivi(k) = plus else {
+            unreachable!()
+        };
+        assert_eq!((k.sinks(), k.rotation()), (4, Rotation::Both));
+    }
+
+    #[test]
+    fn settings_saved_before_kivi_plus_read_as_plain_kivi() {
+        let old =
+            r#"{"kind":"kivi","key_bits":2,"value_bits":2,"group_size":32,"residual_length":128}"#;
+        let CacheConfig::Kivi(k) = serde_json::from_str::<CacheConfig>(old).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!((k.sinks(), k.rotation()), (0, Rotation::None));
+        let plus = CacheConfig::Kivi(k.with_sinks(16).unwrap().with_rotation(Rotation::Values));
+        let json = serde_json::to_string(&plus).unwrap();
+        assert!(
+            json.contains(r#""sinks":16"#) && json.contains(r#""rotation":"values""#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<CacheConfig>(&json).unwrap(), plus);
     }
 }

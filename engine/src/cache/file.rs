@@ -27,9 +27,14 @@ use crate::backend::Backend;
 
 /// The `format` entry of every cache file.
 pub const FORMAT: &str = "kivi-chat-kv-cache";
-/// The version of the layout this code writes and reads. Version 2: a KIVI cache of a
-/// float32 model holds its scales, zeros and residual window in float16.
-pub const VERSION: &str = "2";
+/// The version of the layout this code writes. Version 2: a KIVI cache of a float32 model
+/// holds its scales, zeros and residual window in float16. Version 3: KIVI+ settings (the
+/// residual arrays begin with the attention sinks; keys and values may be stored in the
+/// Hadamard basis), which version 2 readers cannot take.
+pub const VERSION: &str = "3";
+/// Versions this code reads: a version 2 file holds plain KIVI or full precision, whose
+/// layout version 3 keeps.
+const READABLE: [&str; 2] = ["2", VERSION];
 /// More layers than any model has: a header claiming more is refused.
 const MAX_LAYERS: usize = 4096;
 
@@ -53,7 +58,7 @@ pub enum CacheFileError {
     )]
     Corrupt(String),
     /// Written by another version of the format.
-    #[error("KV cache file format version {found:?} is not supported (this build reads {VERSION}); prefill the document again")]
+    #[error("KV cache file format version {found:?} is not supported (this build reads 2 and {VERSION}); prefill the document again")]
     Version {
         /// The version in the file.
         found: String,
@@ -155,6 +160,17 @@ fn encode(
     states: Vec<CacheState>,
     extra: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CacheFileError> {
+    encode_as(VERSION, model_id, config, states, extra)
+}
+
+/// [`encode`] under a given format version (the tests write older versions).
+fn encode_as(
+    version: &str,
+    model_id: &str,
+    config: &CacheConfig,
+    states: Vec<CacheState>,
+    extra: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, CacheFileError> {
     let tokens = states.first().map_or(0, |s| s.tokens);
     let layers = states.len();
     let mut tensors: Vec<(String, Tensor)> = Vec::new();
@@ -168,7 +184,7 @@ fn encode(
     }
     let mut metadata = HashMap::from([
         ("format".to_string(), FORMAT.to_string()),
-        ("version".to_string(), VERSION.to_string()),
+        ("version".to_string(), version.to_string()),
         ("model_id".to_string(), model_id.to_string()),
         ("cache_config".to_string(), json(config)?),
         ("tokens".to_string(), tokens.to_string()),
@@ -242,7 +258,7 @@ pub fn read_header(bytes: &[u8]) -> Result<CacheFileHeader, CacheFileError> {
             entry("format")?
         )));
     }
-    if entry("version")? != VERSION {
+    if !READABLE.contains(&entry("version")?.as_str()) {
         return Err(CacheFileError::Version {
             found: entry("version")?.clone(),
         });

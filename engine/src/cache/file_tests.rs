@@ -101,6 +101,8 @@ fn round_trips_bit_for_bit() {
             Dtype::Float32,
         ),
         (CacheConfig::Full, Dtype::Float32),
+        // KIVI+: sinks at the front of the residual arrays, keys and values rotated.
+        ("k2v2-g32-r32-s4-rot".parse().unwrap(), Dtype::Float32),
     ] {
         let caches = filled(&config, 3, 150, dtype);
         let bytes = bytes_of(&config, &caches);
@@ -128,6 +130,22 @@ fn round_trips_bit_for_bit() {
         let (mut original, mut reopened) = (caches, loaded.caches);
         assert_eq!(step(&mut original[1]), step(&mut reopened[1]));
     }
+}
+
+/// A file of the previous version (plain KIVI, the same layout) still opens; an unknown
+/// version says so.
+#[test]
+fn version_2_files_open_and_unknown_versions_are_named() {
+    let config = kivi(2, 2, 32, 32);
+    let caches = filled(&config, 2, 100, Dtype::Float32);
+    let rewrite = |version: &str| {
+        let states = caches.iter().map(|c| c.state().unwrap()).collect();
+        encode_as(version, MODEL, &config, states, &BTreeMap::new()).unwrap()
+    };
+    let old = from_bytes(&rewrite("2"), MODEL, &config, &HOST).unwrap();
+    assert_eq!(contents(&old.caches), contents(&caches));
+    let err = from_bytes(&rewrite("9"), MODEL, &config, &HOST).unwrap_err();
+    assert!(matches!(err, CacheFileError::Version { .. }), "{err}");
 }
 
 #[test]

@@ -398,6 +398,7 @@ impl KvCache for FullCache {
         LayerKvStats {
             tokens,
             quantized_tokens: 0,
+            sink_tokens: 0,
             residual_tokens: tokens,
             residual_capacity: 0,
             fp16_bytes: elements * 2,

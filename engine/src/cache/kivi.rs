@@ -20,6 +20,16 @@
 //! is quantized from its own data alone, so one prefill, any chunking and token-by-token
 //! decode of the same stream give bit-identical arrays.
 //!
+//! KIVI+ (both optional, see [`KiviConfig`]):
+//! - **sinks**: the first `S` tokens stay in full precision for good, at the front of the
+//!   residual arrays (which then hold the sinks, then the window); the flush rule runs on
+//!   the tokens after them, so `Q(T) = max(0, floor((T - S - R) / G) * G)` quantized tokens
+//!   sit at positions `[S, S + Q)` ([`kivi_kernels::sink_len`]);
+//! - **a Hadamard basis**: keys (after RoPE) and values enter as `k·H`, `v·H`
+//!   ([`kivi_kernels::rotation`]), attention takes `q·H` and its output is multiplied by `H`
+//!   once. Every token is rotated on its own, so both keep the cache a function of the
+//!   token stream alone.
+//!
 //! Every buffer is exactly the size of its content (appends concatenate, cuts copy), so
 //! `held_bytes` is the sum of the arrays' `nbytes()` with no slack to account for. The
 //! arrays are lazy until the caller evaluates the attention output (or calls
@@ -32,8 +42,9 @@
 
 use kivi_kernels::{
     attention,
+    host::readable,
     mlx_quant::{self, QuantizedArray},
-    quantized_after, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
+    quantized_after, rotation, sink_len, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
 };
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
@@ -129,25 +140,32 @@ impl KiviCache {
         self.quantized
     }
 
-    /// Appends keys and values `[B, H, L, D]` and applies the flush rule, without attention.
+    /// Appends keys and values `[B, H, L, D]` (in the model's basis: KIVI+'s rotation is
+    /// applied here) and applies the flush rule, without attention.
     pub fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
         let dims = self.check_new(keys, values)?;
         let len = keys.dim(2) as usize;
         if len == 0 {
             return Ok(());
         }
+        let rotation = self.config.rotation();
+        let keys = &self.rotated(keys, rotation.keys())?;
+        let values = &self.rotated(values, rotation.values())?;
         let total = self.tokens + len;
+        // Sinks fill first and stay; the flush rule runs on the tokens after them.
+        let sinks = sink_len(total, self.config.sinks());
         let quantized = quantized_after(
             self.quantized,
-            total,
+            total - sinks,
             self.config.residual_length(),
             self.config.group_size(),
         );
         let flush = quantized - self.quantized;
         // Build the new state aside and commit it at the end, so that an error leaves the
         // cache as it was.
-        let (old_k, keep_k) = self.roll(self.residual_keys.as_ref(), keys, flush, dims)?;
-        let (old_v, keep_v) = self.roll(self.residual_values.as_ref(), values, flush, dims)?;
+        let (old_k, keep_k) = self.roll(self.residual_keys.as_ref(), keys, sinks, flush, dims)?;
+        let (old_v, keep_v) =
+            self.roll(self.residual_values.as_ref(), values, sinks, flush, dims)?;
         if let (Some(old_k), Some(old_v)) = (old_k, old_v) {
             let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
             let new_v = mlx_quant::quantize(&old_v, self.value_spec(dims)?)?;
@@ -164,28 +182,67 @@ impl KiviCache {
         Ok(())
     }
 
-    /// The window `held` followed by `new` (rounded to the storage dtype), split into its
-    /// `flush` oldest tokens, to be quantized, and the rest, the new window; either part is
-    /// `None` when empty. On the host with the host kernels, else as MLX operations.
+    /// The residual `held` (its sinks, then the window) followed by `new` (rounded to the
+    /// storage dtype), split into the `flush` tokens after its first `sinks`, to be
+    /// quantized, and the rest, the new residual; either part is `None` when empty. On the
+    /// host with the host kernels, else as MLX operations.
     fn roll(
         &self,
         held: Option<&Array>,
         new: &Array,
+        sinks: usize,
         flush: usize,
         dims: Dims,
     ) -> Result<(Option<Array>, Option<Array>), CacheError> {
         if self.kernels == Kernels::Host {
-            return window::roll(held, new, flush);
+            return window::roll(held, new, sinks, flush);
         }
         let joined = join(held, &new.as_dtype(dims.dtype)?)?;
-        let (old, keep) = if flush > 0 {
-            let (old, keep) = split_tokens(&joined, flush as i32)?;
-            (Some(old), keep)
-        } else {
-            (None, Some(joined))
+        if flush == 0 {
+            return Ok((None, Some(joined.contiguous()?)));
+        }
+        let (before, rest) = match sinks {
+            0 => (None, joined),
+            s => {
+                let (sunk, rest) = split_tokens(&joined, s as i32)?;
+                (
+                    Some(sunk),
+                    rest.expect("a flush leaves tokens after the sinks"),
+                )
+            }
+        };
+        let (old, after) = split_tokens(&rest, flush as i32)?;
+        let keep = match (before, after) {
+            (Some(a), Some(b)) => Some(ops::concatenate(&[a, b], 2)?),
+            (a, b) => a.or(b),
         };
         // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
-        Ok((old, keep.map(|a| a.contiguous()).transpose()?))
+        Ok((Some(old), keep.map(|a| a.contiguous()).transpose()?))
+    }
+
+    /// `x·H` along the last axis when `on` (KIVI+'s basis), computed in float32 and
+    /// returned in `x`'s dtype: on the host with the host kernels, else as an MLX
+    /// operation. `x` itself when not.
+    fn rotated(&self, x: &Array, on: bool) -> Result<Array, CacheError> {
+        if !on {
+            return Ok(x.clone());
+        }
+        let dtype = x.dtype();
+        if self.kernels == Kernels::Host {
+            let x = readable::<f32>(x)?;
+            let mut data = x
+                .try_as_slice::<f32>()
+                .map_err(|e| CacheError::Shape(format!("cannot read an array to rotate: {e}")))?
+                .to_vec();
+            rotation::rotate_rows(&mut data, x.dim(-1) as usize)?;
+            let out = Array::from_slice(&data, x.shape());
+            return Ok(if dtype == Dtype::Float32 {
+                out
+            } else {
+                out.as_dtype(dtype)?
+            });
+        }
+        Ok(rotation::rotate(&x.as_dtype(Dtype::Float32)?)?.as_dtype(dtype)?)
     }
 
     /// The cache as the attention kernel reads it.
@@ -196,17 +253,36 @@ impl KiviCache {
             values: self.values.as_ref(),
             residual_keys: self.residual_keys.as_ref(),
             residual_values: self.residual_values.as_ref(),
+            sinks: sink_len(self.tokens, self.config.sinks()),
         }
     }
 
-    /// Everything held, rebuilt as float32 keys and values `[B, H, T, D]` (for tests and
-    /// quality measurements; attention never does this).
+    /// Everything held, rebuilt as float32 keys and values `[B, H, T, D]` in position order
+    /// and in the cache's basis (rotated where KIVI+ rotates), for tests and quality
+    /// measurements; attention never does this.
     pub fn dequantized(&self) -> Result<Option<(Array, Array)>, CacheError> {
         if self.dims.is_none() {
             return Ok(None);
         }
-        let mut keys = Vec::new();
-        let mut values = Vec::new();
+        let sinks = sink_len(self.tokens, self.config.sinks()) as i32;
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        let mut window = Vec::new();
+        for (held, into) in [
+            (&self.residual_keys, &mut keys),
+            (&self.residual_values, &mut values),
+        ] {
+            if let Some(a) = held {
+                let (sunk, rest) = match sinks {
+                    0 => (None, Some(a.clone())),
+                    s => {
+                        let (sunk, rest) = split_tokens(a, s)?;
+                        (Some(sunk), rest)
+                    }
+                };
+                into.extend(sunk);
+                window.push(rest);
+            }
+        }
         if let (Some(k), Some(v)) = (&self.keys, &self.values) {
             let k = k.dequantize()?;
             keys.push(match self.config.key_axis() {
@@ -215,8 +291,9 @@ impl KiviCache {
             });
             values.push(v.dequantize()?);
         }
-        keys.extend(self.residual_keys.clone());
-        values.extend(self.residual_values.clone());
+        let mut window = window.into_iter();
+        keys.extend(window.next().flatten());
+        values.extend(window.next().flatten());
         let keys = ops::concatenate(&keys, 2)?.as_dtype(Dtype::Float32)?;
         let values = ops::concatenate(&values, 2)?.as_dtype(Dtype::Float32)?;
         Ok(Some((keys, values)))
@@ -325,10 +402,16 @@ impl KiviCache {
             Some(_) => Ok(dims),
             None => {
                 // Fail on the first append, not at the first flush, if the head cannot be
-                // grouped.
+                // grouped or rotated.
                 self.value_spec(dims)?;
                 if self.config.key_axis() == KeyAxis::PerToken {
                     self.key_token_spec(dims)?;
+                }
+                if self.config.rotation().keys() {
+                    rotation::check_dim(dims.key_dim as usize)?;
+                }
+                if self.config.rotation().values() {
+                    rotation::check_dim(dims.value_dim as usize)?;
                 }
                 Ok(dims)
             }
@@ -383,12 +466,12 @@ impl KvCache for KiviCache {
         // Append first, then attend over quantized + residual: chunk tokens that this append
         // flushed are read in quantized form, as every later step will read them.
         self.append(keys, values)?;
-        Ok(attention::attend(
-            queries,
-            self.view(),
-            scale,
-            self.kernels,
-        )?)
+        // KIVI+'s basis: keys entered rotated, so the queries are rotated alike; the output
+        // of rotated values is rotated back (H·H = I).
+        let rotation = self.config.rotation();
+        let queries = self.rotated(queries, rotation.keys())?;
+        let out = attention::attend(&queries, self.view(), scale, self.kernels)?;
+        self.rotated(&out, rotation.values())
     }
 
     fn len(&self) -> usize {
@@ -404,16 +487,26 @@ impl KvCache for KiviCache {
         if len >= self.tokens {
             return Ok(self.tokens);
         }
-        if len >= self.quantized {
-            let keep = (len - self.quantized) as i32;
+        // The residual arrays begin with the sinks: cutting inside them or the window keeps
+        // exactly `len` tokens of the residual after the quantized part.
+        let sinks = sink_len(self.tokens, self.config.sinks());
+        let in_residual = len >= sinks + self.quantized;
+        if in_residual || len <= sinks {
+            let keep = (len - if in_residual { self.quantized } else { 0 }) as i32;
             for held in [&mut self.residual_keys, &mut self.residual_values] {
                 *held = match held.take() {
                     Some(a) if keep > 0 => Some(split_tokens(&a, keep)?.0.contiguous()?),
                     _ => None,
                 };
             }
+            if !in_residual {
+                self.keys = None;
+                self.values = None;
+                self.quantized = 0;
+            }
         } else {
-            let keep = len / self.config.group_size() * self.config.group_size();
+            let group = self.config.group_size();
+            let keep = (len - sinks) / group * group;
             let key_axis = match self.config.key_axis() {
                 KeyAxis::PerChannel => -1,
                 KeyAxis::PerToken => -2,
@@ -426,8 +519,13 @@ impl KvCache for KiviCache {
                 Some(v) if keep > 0 => Some(v.take(-2, keep)?),
                 _ => None,
             };
-            self.residual_keys = None;
-            self.residual_values = None;
+            // The window goes; the sinks stay.
+            for held in [&mut self.residual_keys, &mut self.residual_values] {
+                *held = match held.take() {
+                    Some(a) if sinks > 0 => Some(split_tokens(&a, sinks as i32)?.0.contiguous()?),
+                    _ => None,
+                };
+            }
             self.quantized = keep;
         }
         self.tokens = self.quantized + self.residual_keys.as_ref().map_or(0, |k| k.dim(2) as usize);
@@ -443,10 +541,12 @@ impl KvCache for KiviCache {
                 i64::from(d.batch) * i64::from(d.heads) * i64::from(d.key_dim + d.value_dim);
             self.tokens as u64 * per_token as u64 * 2
         });
+        let sinks = sink_len(self.tokens, self.config.sinks());
         LayerKvStats {
             tokens: self.tokens,
             quantized_tokens: self.quantized,
-            residual_tokens: self.tokens - self.quantized,
+            sink_tokens: sinks,
+            residual_tokens: self.tokens - self.quantized - sinks,
             residual_capacity: self.config.residual_capacity(),
             fp16_bytes,
             held_bytes: self.bytes().total(),

@@ -2,7 +2,9 @@
 //! against the settings and the recorded token count before the cache takes them, so a
 //! forged or damaged file is refused instead of crashing attention later.
 
-use kivi_kernels::{attention::is_float, mlx_quant::QuantizedArray, Kernels, KeyAxis, QuantSpec};
+use kivi_kernels::{
+    attention::is_float, mlx_quant::QuantizedArray, sink_len, Kernels, KeyAxis, QuantSpec,
+};
 use mlx_rs::{Array, Dtype};
 
 use super::{Dims, KiviCache};
@@ -115,9 +117,18 @@ impl KiviCache {
                 "{quantized} quantized + {residual_len} residual tokens, but {tokens} recorded"
             ));
         }
-        if residual_len > self.config.residual_capacity() {
+        // The residual arrays hold the sinks (all of them once the cache is longer), then
+        // the window.
+        let sinks = sink_len(tokens, self.config.sinks());
+        if residual_len < sinks || (quantized > 0 && sinks < self.config.sinks()) {
             return bad(format!(
-                "{residual_len} residual tokens exceed the window of {}",
+                "{residual_len} residual tokens cannot hold the {sinks} sink tokens of {tokens}"
+            ));
+        }
+        if residual_len - sinks > self.config.residual_capacity() {
+            return bad(format!(
+                "{} window tokens exceed the window of {}",
+                residual_len - sinks,
                 self.config.residual_capacity()
             ));
         }

@@ -2,11 +2,11 @@
 //! truncation, and exact accounting.
 
 use kivi_kernels::{
-    quantized_len,
-    reference::{self, CacheSpec},
+    quantized_len, reference,
     reference_attention::{self, AttnShape},
+    rotation, sink_len,
     testdata::{Layer, Profile, XorShift},
-    KeyAxis,
+    KeyAxis, Rotation,
 };
 use mlx_rs::{ops::indexing::TryIndexOp, Array, Dtype};
 
@@ -86,7 +86,27 @@ fn settings() -> Vec<KiviConfig> {
         config(4, 2, 64, 128),
         config(2, 4, 128, 0),
         config(4, 4, 32, 128).with_key_axis(KeyAxis::PerToken),
+        // KIVI+: sinks and rotations, alone and together.
+        plus(config(2, 2, 32, 32), 4, Rotation::Both),
+        plus(config(4, 2, 32, 64), 16, Rotation::Values),
+        plus(config(2, 4, 64, 0), 0, Rotation::Keys),
+        plus(config(2, 2, 32, 32), 16, Rotation::None),
     ]
+}
+
+fn plus(config: KiviConfig, sinks: usize, rotation: Rotation) -> KiviConfig {
+    config.with_sinks(sinks).unwrap().with_rotation(rotation)
+}
+
+/// `(S', Q)`: sink and quantized tokens of a cache of `tokens` built from empty.
+fn sinks_and_quantized(config: KiviConfig, tokens: usize) -> (usize, usize) {
+    let sinks = sink_len(tokens, config.sinks());
+    let q = quantized_len(
+        tokens - sinks,
+        config.residual_length(),
+        config.group_size(),
+    );
+    (sinks, q)
 }
 
 /// Every held array's name and exact bits.
@@ -150,10 +170,7 @@ fn every_chunking_gives_a_bit_identical_cache() {
             let mut whole = KiviCache::new(config, backend);
             fill(&mut whole, &stream, &[tokens]);
             let expected = fingerprint(&whole);
-            assert_eq!(
-                whole.quantized_len(),
-                quantized_len(tokens, config.residual_length(), config.group_size())
-            );
+            assert_eq!(whole.quantized_len(), sinks_and_quantized(config, tokens).1);
             for chunks in chunkings(tokens, 2) {
                 let mut cache = KiviCache::new(config, backend);
                 fill(&mut cache, &stream, &chunks);
@@ -228,10 +245,15 @@ fn tokens_age_out_in_whole_groups() {
             let (_, k, v) = stream.chunk(t - 1, t);
             cache.append(&k, &v).unwrap();
             let stats = cache.stats();
-            let q = quantized_len(t, config.residual_length(), config.group_size());
+            let (sinks, q) = sinks_and_quantized(config, t);
             assert_eq!(
-                (stats.tokens, stats.quantized_tokens, stats.residual_tokens),
-                (t, q, t - q)
+                (
+                    stats.tokens,
+                    stats.sink_tokens,
+                    stats.quantized_tokens,
+                    stats.residual_tokens
+                ),
+                (t, sinks, q, t - q - sinks)
             );
             assert!(stats.residual_tokens <= stats.residual_capacity);
         }
@@ -249,14 +271,11 @@ fn attention_matches_the_reference_cache() {
         config(2, 2, 32, 32),
         config(4, 2, 32, 64),
         config(2, 4, 32, 0).with_key_axis(KeyAxis::PerToken),
+        plus(config(2, 2, 32, 32), 4, Rotation::Both),
+        plus(config(4, 2, 32, 64), 16, Rotation::Values),
+        plus(config(4, 4, 32, 32), 0, Rotation::Keys),
     ] {
-        let spec = CacheSpec {
-            keys: config.key_spec(),
-            values: config.value_spec(),
-            residual: config.residual_length(),
-            key_axis: config.key_axis(),
-            storage: reference::Storage::F16,
-        };
+        let spec = config.reference_spec(reference::Storage::F16);
         for backend in [HOST, MLX, MLX16] {
             let mut cache = KiviCache::new(config, backend);
             let mut at = 0;
@@ -270,12 +289,29 @@ fn attention_matches_the_reference_cache() {
                 at += len;
                 let (mut keys, mut values) = (vec![], vec![]);
                 for h in 0..KV_HEADS {
+                    // The stream as the cache received it (rounded to the compute dtype):
+                    // a rounding step moves a rotated 2-bit code by a whole step.
+                    let received = |x: &[f32]| -> Vec<f32> {
+                        match backend.precision() {
+                            Precision::F32 => x.to_vec(),
+                            _ => x
+                                .iter()
+                                .map(|&v| reference::Storage::F16.round(v))
+                                .collect(),
+                        }
+                    };
                     let (hk, hv) = stream.head(h, at);
-                    let (dk, dv) = reference::dequantized_cache(hk, hv, DIM, &spec).unwrap();
+                    let (hk, hv) = (received(hk), received(hv));
+                    let (dk, dv) = reference::dequantized_cache(&hk, &hv, DIM, &spec).unwrap();
                     keys.extend(dk);
                     values.extend(dv);
                 }
-                let queries = f32s(&q);
+                // The reference content is in the cache's basis: queries enter it, the
+                // output leaves it.
+                let mut queries = f32s(&q);
+                if config.rotation().keys() {
+                    rotation::rotate_rows(&mut queries, DIM).unwrap();
+                }
                 let shape = AttnShape {
                     heads: HEADS,
                     kv_heads: KV_HEADS,
@@ -283,7 +319,11 @@ fn attention_matches_the_reference_cache() {
                     tokens: at,
                     dim: DIM,
                 };
-                let want = reference_attention::attention(&queries, &keys, &values, shape, scale);
+                let mut want =
+                    reference_attention::attention(&queries, &keys, &values, shape, scale);
+                if config.rotation().values() {
+                    rotation::rotate_rows(&mut want, DIM).unwrap();
+                }
                 let err = reference_attention::compare(&f32s(&got), &want, DIM);
                 // float32 rounding on outputs of magnitude ~20 (the outlier channels). In
                 // float16 queries, scores, weights and outputs each keep 11 significant
@@ -335,13 +375,30 @@ fn truncate_then_refeed_reproduces_the_cache() {
         let mut original = KiviCache::new(config, HOST);
         fill(&mut original, &stream, &[tokens]);
         let expected = fingerprint(&original);
-        let q = original.quantized_len();
-        for len in [tokens, tokens - 3, q + 1, q, q - 1, 40, 5, 0] {
+        let (s, q) = sinks_and_quantized(config, tokens);
+        for len in [
+            tokens,
+            tokens - 3,
+            s + q + 1,
+            s + q,
+            s + q - 1,
+            40,
+            17,
+            s,
+            3,
+            0,
+        ] {
             let mut cache = KiviCache::new(config, HOST);
             fill(&mut cache, &stream, &[tokens]);
             let kept = cache.truncate(len).unwrap();
             let g = config.group_size();
-            let want = if len >= q { len } else { len / g * g };
+            // Inside the sinks or the window: exactly; inside the quantized history: whole
+            // groups after the sinks.
+            let want = if len >= s + q || len <= s {
+                len
+            } else {
+                s + (len - s) / g * g
+            };
             assert_eq!(kept, want, "{config}: truncate({len})");
             assert_eq!(cache.len(), kept);
             assert_eq!(cache.stats().held_bytes, held_bytes(&cache));
@@ -386,7 +443,7 @@ fn accounting_matches_the_arrays() {
         );
         fill(&mut cache, &stream, &[100, 1, 149]);
         let stats = cache.stats();
-        let q = quantized_len(tokens, config.residual_length(), config.group_size());
+        let (sinks, q) = sinks_and_quantized(config, tokens);
         // From the arrays themselves...
         assert_eq!(stats.held_bytes, held_bytes(&cache));
         assert_eq!(stats.held_bytes, cache.bytes().total());
@@ -413,8 +470,13 @@ fn accounting_matches_the_arrays() {
         );
         assert_eq!(stats.fp16_bytes, heads * tokens as u64 * DIM as u64 * 2 * 2);
         assert_eq!(
-            (stats.tokens, stats.quantized_tokens, stats.residual_tokens),
-            (tokens, q, tokens - q)
+            (
+                stats.tokens,
+                stats.sink_tokens,
+                stats.quantized_tokens,
+                stats.residual_tokens
+            ),
+            (tokens, sinks, q, tokens - q - sinks)
         );
         let names: Vec<&str> = cache.arrays().iter().map(|(n, _)| *n).collect();
         assert_eq!(names.len(), if q > 0 { 8 } else { 2 });
@@ -534,6 +596,7 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
             config(2, 2, 32, 32),
             config(4, 4, 32, 128),
             config(4, 2, 64, 128),
+            plus(config(2, 2, 32, 32), 4, Rotation::Both),
         ] {
             let mut cache = KiviCache::new(config, backend);
             let compute = |a: Array| a.as_dtype(backend.compute_dtype()).unwrap();
@@ -544,10 +607,8 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
                 at += len;
             }
             let q = cache.quantized_len();
-            assert_eq!(
-                q,
-                quantized_len(tokens, config.residual_length(), config.group_size())
-            );
+            let (sinks, want_q) = sinks_and_quantized(config, tokens);
+            assert_eq!(q, want_q);
             let held: std::collections::HashMap<String, Vec<u32>> = fingerprint(&cache)
                 .into_iter()
                 .map(|(name, bits)| (name.split(' ').next().unwrap().to_string(), bits))
@@ -558,10 +619,29 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
                 [Vec::new(), Vec::new(), Vec::new()],
             );
             for h in 0..KV_HEADS {
-                let (hk, hv) = stream.head(h, q);
-                let rounded = |x: &[f32]| x.iter().map(|&v| storage.round(v)).collect::<Vec<_>>();
+                let (hk, hv) = stream.head(h, sinks + q);
+                // What the cache quantizes: the tokens after the sinks, as the model hands
+                // them over (in its compute dtype), in the cache's basis, then stored.
+                let stored = |x: &[f32], rotate: bool| {
+                    let mut x: Vec<f32> = x[sinks * DIM..]
+                        .iter()
+                        .map(|&v| match backend.precision() {
+                            Precision::F32 => v,
+                            _ => storage.round(v),
+                        })
+                        .collect();
+                    if rotate {
+                        rotation::rotate_rows(&mut x, DIM).unwrap();
+                    }
+                    x.iter().map(|&v| storage.round(v)).collect::<Vec<_>>()
+                };
+                let (hk, hv) = (
+                    stored(hk, config.rotation().keys()),
+                    stored(hv, config.rotation().values()),
+                );
+                let rounded = |x: &[f32]| x.to_vec();
                 let keys = reference::quantize_rows_stored(
-                    &reference::transpose(&rounded(hk), q, DIM),
+                    &reference::transpose(&rounded(&hk), q, DIM),
                     DIM,
                     q,
                     config.key_spec(),
@@ -569,7 +649,7 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
                 )
                 .unwrap();
                 let values = reference::quantize_rows_stored(
-                    &rounded(hv),
+                    &rounded(&hv),
                     q,
                     DIM,
                     config.value_spec().for_axis(DIM).unwrap(),

@@ -18,13 +18,15 @@ use mlx_rs::Array;
 
 use crate::cache::CacheError;
 
-/// The window `held` (float16, `[B, H, Tr, D]`) followed by `new` (float32,
-/// `[B, H, L, D]`), split after its `flush` oldest tokens. Either part is `None` when
-/// empty. The host backend computes in float32 and stores in float16; other dtypes are
-/// converted as they are read.
+/// The residual `held` (float16, `[B, H, Tr, D]`) followed by `new` (float32,
+/// `[B, H, L, D]`), split into the `flush` tokens after its first `sinks` (to be quantized)
+/// and the rest (the sinks, then the new window). Either part is `None` when empty. The host
+/// backend computes in float32 and stores in float16; other dtypes are converted as they
+/// are read.
 pub(super) fn roll(
     held: Option<&Array>,
     new: &Array,
+    sinks: usize,
     flush: usize,
 ) -> Result<(Option<Array>, Option<Array>), CacheError> {
     let &[batch, heads, len, dim] = new.shape() else {
@@ -47,31 +49,30 @@ pub(super) fn roll(
         )));
     }
     let total = held_len + len;
-    if flush > total {
+    if sinks + flush > total {
         return Err(CacheError::Shape(format!(
-            "cannot quantize {flush} of {total} window tokens"
+            "cannot quantize {flush} of {total} window tokens after {sinks} sinks"
         )));
     }
     let mut rounded = vec![f16::ZERO; new_f32.len()];
     rounded.convert_from_f32_slice(new_f32);
-    // Pair p's window is its held rows then its new rows; the first `flush` rows of each
-    // pair go to `old`, the others to `rest`.
+    // Pair p's residual is its held rows then its new rows; rows `sinks..sinks + flush` of
+    // each pair go to `old`, the others to `rest`.
     let mut old = Vec::with_capacity(pairs * flush * dim);
     let mut rest = Vec::with_capacity(pairs * (total - flush) * dim);
+    let (from, to) = (sinks * dim, (sinks + flush) * dim);
     for p in 0..pairs {
         let held_rows = &held_f16[p * held_len * dim..][..held_len * dim];
         let new_rows = &rounded[p * len * dim..][..len * dim];
-        let cut = flush * dim;
-        if cut <= held_rows.len() {
-            old.extend_from_slice(&held_rows[..cut]);
-            rest.extend_from_slice(&held_rows[cut..]);
-            rest.extend_from_slice(new_rows);
-        } else {
-            old.extend_from_slice(held_rows);
-            let (to_old, to_rest) = new_rows.split_at(cut - held_rows.len());
-            old.extend_from_slice(to_old);
-            rest.extend_from_slice(to_rest);
-        }
+        // Rows `a..b` of the pair's held rows followed by its new rows.
+        let rows = |into: &mut Vec<f16>, a: usize, b: usize| {
+            let split = held_rows.len();
+            into.extend_from_slice(&held_rows[a.min(split)..b.min(split)]);
+            into.extend_from_slice(&new_rows[a.max(split) - split..b.max(split) - split]);
+        };
+        rows(&mut rest, 0, from);
+        rows(&mut old, from, to);
+        rows(&mut rest, to, total * dim);
     }
     let array = |data: &[f16], tokens: usize| {
         (tokens > 0).then(|| Array::from_slice(data, &[batch, heads, tokens as i32, dim as i32]))

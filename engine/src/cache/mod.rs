@@ -20,7 +20,7 @@ mod make;
 pub use config::{CacheConfig, ConfigError, KiviConfig};
 pub use full::FullCache;
 pub use kivi::{KiviBytes, KiviCache};
-pub use kivi_kernels::KeyAxis;
+pub use kivi_kernels::{KeyAxis, Rotation};
 
 use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
@@ -105,7 +105,10 @@ pub struct LayerKvStats {
     pub tokens: usize,
     /// Positions stored quantized.
     pub quantized_tokens: usize,
-    /// Positions in the full-precision residual window.
+    /// KIVI+'s attention sinks: the first positions, kept in full precision for good.
+    #[serde(default)]
+    pub sink_tokens: usize,
+    /// Positions in the full-precision residual window (sinks not counted).
     pub residual_tokens: usize,
     /// Most positions the residual window holds before its oldest group is quantized
     /// (KIVI: `R + G - 1`; 0 for a full-precision cache, which has no window).

@@ -9,6 +9,7 @@ use crate::cache::{CacheConfig, ConfigError, KiviConfig};
 use crate::sampling::SamplingParams;
 use crate::session::{Prompt, Request};
 use crate::tokenizer::{Message, Role};
+use kivi_kernels::Rotation;
 
 /// Which endpoint a body came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,9 +396,10 @@ fn stops(stop: Option<Value>) -> Result<Vec<String>, ApiError> {
     Ok(unique)
 }
 
-/// The `kv_cache` extension: `"full"`, a short name (`"k2v2-g32-r128"`), or an object
-/// `{k_bits, v_bits, group_size, residual_length}` whose missing fields take KIVI's
-/// defaults (2, 2, 32, 128).
+/// The `kv_cache` extension: `"full"`, a short name (`"k2v2-g32-r128"`,
+/// `"k2v2-g32-r128-s4-rot"`), or an object `{k_bits, v_bits, group_size, residual_length,
+/// sinks, rotation}` whose missing fields take KIVI's defaults (2, 2, 32, 128, 0, "none";
+/// `rotation` is "none", "keys", "values" or "both").
 pub fn kv_cache(value: Value) -> Result<CacheConfig, ApiError> {
     const PARAM: &str = "kv_cache";
     let config_error = |e: ConfigError| {
@@ -406,6 +408,7 @@ pub fn kv_cache(value: Value) -> Result<CacheConfig, ApiError> {
             ConfigError::Bits { .. } => "kv_cache.v_bits",
             ConfigError::GroupSize(_) => "kv_cache.group_size",
             ConfigError::Residual { .. } => "kv_cache.residual_length",
+            ConfigError::Sinks { .. } => "kv_cache.sinks",
             ConfigError::Syntax(_) => PARAM,
         };
         ApiError::invalid(format!("Invalid 'kv_cache': {e}"), Some(field))
@@ -414,23 +417,42 @@ pub fn kv_cache(value: Value) -> Result<CacheConfig, ApiError> {
         Value::String(s) => s.parse::<CacheConfig>().map_err(config_error),
         Value::Object(fields) => {
             let defaults = KiviConfig::default();
-            let (mut k, mut v, mut g, mut r) = (
+            let (mut k, mut v, mut g, mut r, mut sinks) = (
                 defaults.key_bits() as u64,
                 defaults.value_bits() as u64,
                 defaults.group_size() as u64,
                 defaults.residual_length() as u64,
+                0u64,
             );
+            let mut rotation = Rotation::None;
             for (name, value) in &fields {
                 let slot = match name.as_str() {
                     "k_bits" => &mut k,
                     "v_bits" => &mut v,
                     "group_size" => &mut g,
                     "residual_length" => &mut r,
+                    "sinks" => &mut sinks,
+                    "rotation" => {
+                        rotation =
+                            match value.as_str() {
+                                Some("none") => Rotation::None,
+                                Some("keys") => Rotation::Keys,
+                                Some("values") => Rotation::Values,
+                                Some("both") => Rotation::Both,
+                                _ => return Err(ApiError::invalid(
+                                    "Invalid 'kv_cache.rotation': expected \"none\", \"keys\", \
+                                     \"values\" or \"both\""
+                                        .to_string(),
+                                    Some(&format!("{PARAM}.rotation")),
+                                )),
+                            };
+                        continue;
+                    }
                     _ => {
                         return Err(ApiError::invalid(
                             format!(
                                 "Unknown field `{name}` in 'kv_cache': expected k_bits, v_bits, \
-                                 group_size and residual_length"
+                                 group_size, residual_length, sinks and rotation"
                             ),
                             Some(&format!("{PARAM}.{name}")),
                         ))
@@ -449,7 +471,8 @@ pub fn kv_cache(value: Value) -> Result<CacheConfig, ApiError> {
             let bits = |b: u64| u32::try_from(b).unwrap_or(u32::MAX);
             let size = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
             KiviConfig::new(bits(k), bits(v), size(g), size(r))
-                .map(CacheConfig::Kivi)
+                .and_then(|c| c.with_sinks(size(sinks)))
+                .map(|c| CacheConfig::Kivi(c.with_rotation(rotation)))
                 .map_err(config_error)
         }
         other => Err(ApiError::invalid(
@@ -693,6 +716,23 @@ mod tests {
             err.message,
             "Invalid 'kv_cache': residual length must be a multiple of the group size 32 \
              (0, 32, 64, ...), not 40"
+        );
+    }
+
+    #[test]
+    fn kivi_plus_is_asked_for_by_name_or_by_fields() {
+        let by_name = kv_cache(json!("k2v2-g32-r128-s4-rot")).unwrap();
+        let by_fields = kv_cache(json!({"sinks": 4, "rotation": "both"})).unwrap();
+        assert_eq!(by_name, by_fields);
+        assert_eq!(by_name.to_string(), "k2v2-g32-r128-s4-rot");
+        let err = kv_cache(json!({"rotation": "sideways"})).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("kv_cache.rotation"));
+        let err = kv_cache(json!({"sinks": 1000})).unwrap_err();
+        assert_eq!(
+            err.param.as_deref(),
+            Some("kv_cache.sinks"),
+            "{}",
+            err.message
         );
     }
 }

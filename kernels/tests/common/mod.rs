@@ -5,10 +5,11 @@ use kivi_kernels::{
     mlx_quant::{self, QuantizedArray},
     quantized_len,
     reference::CacheSpec,
+    sink_len,
     testdata::Layer,
     CacheView, KeyAxis,
 };
-use mlx_rs::{Array, Dtype};
+use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 
 /// An f32 array of the given shape.
 pub fn array(data: &[f32], shape: &[usize]) -> Array {
@@ -41,6 +42,7 @@ pub struct Parts {
     residual_keys: Option<Array>,
     residual_values: Option<Array>,
     key_axis: KeyAxis,
+    sinks: usize,
 }
 
 impl Parts {
@@ -53,22 +55,21 @@ impl Parts {
         )
     }
 
-    /// The same from keys and values `[B, H, T, D]`.
+    /// The same from keys and values `[B, H, T, D]` (in the cache's basis: the spec's
+    /// rotation is the cache's business, not attention's). With sinks, the residual arrays
+    /// are the sinks followed by the window.
     pub fn from_arrays(keys: &Array, values: &Array, spec: &CacheSpec) -> Self {
         let (t, d) = (keys.dim(2) as usize, keys.dim(3) as usize);
-        let q = quantized_len(t, spec.residual, spec.keys.group_size());
+        let sinks = sink_len(t, spec.sinks);
+        let q = quantized_len(t - sinks, spec.residual, spec.keys.group_size());
         let split = |a: &Array| -> (Option<Array>, Option<Array>) {
-            match q {
-                0 => (None, Some(a.clone())),
-                q if q == t => (Some(a.clone()), None),
-                q => {
-                    let mut parts = a
-                        .split_at_indices(&[q as i32], Some(2))
-                        .unwrap()
-                        .into_iter();
-                    (parts.next(), parts.next())
-                }
-            }
+            let (s, q, t) = (sinks as i32, q as i32, t as i32);
+            let part = |from: i32, to: i32| (from < to).then(|| a.index((.., .., from..to, ..)));
+            let residual = match (part(0, s), part(s + q, t)) {
+                (Some(sunk), Some(window)) => Some(ops::concatenate(&[sunk, window], 2).unwrap()),
+                (sunk, window) => sunk.or(window),
+            };
+            (part(s, s + q), residual)
         };
         let (old_k, residual_keys) = split(keys);
         let (old_v, residual_values) = split(values);
@@ -87,6 +88,7 @@ impl Parts {
             residual_keys,
             residual_values,
             key_axis: spec.key_axis,
+            sinks,
         }
     }
 
@@ -97,6 +99,7 @@ impl Parts {
             values: self.values.as_ref(),
             residual_keys: self.residual_keys.as_ref(),
             residual_values: self.residual_values.as_ref(),
+            sinks: self.sinks,
         }
     }
 }
