@@ -591,6 +591,69 @@ async fn cache_settings_changes_drop_caches_and_change_the_bytes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kivi_plus_settings_reach_the_engine_and_the_panel_shows_its_window() {
+    let h = harness();
+    h.ready().await;
+    let mut s = h.quick_settings(4).await;
+    // A small window so that a short conversation already quantizes groups after the sinks.
+    s.cache.residual_length = 32;
+    s.cache.sinks = 4;
+    s.cache.rotation = true;
+    assert!(settings::update(&h.app, s).await.unwrap().cache_reset);
+    let system = "You are a careful assistant on a ship. Answer in one short sentence. \
+                  Whales, harpoons, the sea, the crew, the captain, the log book, the weather \
+                  and the stars are what the crew talks about; keep to those and be brief.";
+    let chat = chats::create(&h.app, None, Some(system.into()))
+        .await
+        .unwrap();
+    let (_, events) = ask(&h, &chat.id, "Who keeps the log book on a whaling ship?").await;
+    let done = &events.last().unwrap().1["message"]["stats"];
+    assert_eq!(done["cache"]["sinks"], 4);
+    assert_eq!(done["cache"]["rotation"], true);
+
+    let snap = stats::snapshot(&h.app).await.unwrap();
+    let got = chats::get(&h.app, chat.id.clone()).await.unwrap();
+    assert_eq!(got.cache.config, Some(s.cache));
+    assert_eq!(snap.cache, Some(s.cache));
+    let t = snap.tokens;
+    assert!(t > 4 + 32 + 32, "{t} tokens: too few to quantize a group");
+    // The engine's figures, as the snapshot carries them: 4 sinks, whole groups quantized
+    // after them, a window of at most R + G - 1.
+    assert_eq!(snap.sink_tokens, 4);
+    assert_eq!(snap.residual_capacity, 32 + 32 - 1);
+    assert_eq!(snap.quantized_tokens, (t - 4 - 32) / 32 * 32);
+    assert_eq!(
+        snap.quantized_tokens + snap.sink_tokens + snap.residual_tokens,
+        t
+    );
+    assert_eq!(
+        snap.tokens_until_flush,
+        Some(snap.residual_capacity - snap.residual_tokens)
+    );
+    println!(
+        "KIVI+ k2v2-g32-r32-s4-rot: {t} tokens = {} quantized + 4 sinks + {} window, {} until \
+         the next flush; {} of {} fp16 bytes held",
+        snap.quantized_tokens,
+        snap.residual_tokens,
+        snap.tokens_until_flush.unwrap(),
+        snap.kv_held_bytes,
+        snap.kv_fp16_bytes
+    );
+
+    // Rotation off is another cache: saving it resets every cache.
+    s.cache.rotation = false;
+    assert!(settings::update(&h.app, s).await.unwrap().cache_reset);
+    assert_eq!(
+        chats::get(&h.app, chat.id.clone())
+            .await
+            .unwrap()
+            .cache
+            .config,
+        None
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_backend_setting_reloads_the_model_and_the_panel_names_it() {
     let h = harness();
     h.ready().await;

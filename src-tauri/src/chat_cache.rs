@@ -9,12 +9,13 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kivi_engine::cache::{CacheConfig as EngineCache, KiviConfig};
+use kivi_engine::cache::{CacheConfig as EngineCache, KiviConfig, Rotation};
 use kivi_engine::stats::KvStats;
 
 use crate::store::{CacheMode, CacheSettings, ChatCacheInfo};
 
-/// One chat's cache as last seen.
+/// One chat's cache as last seen: the engine's own figures, so the panel never recomputes
+/// (and never disagrees with) the cache's window arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheRecord {
     /// The settings it was built with.
@@ -23,8 +24,16 @@ pub struct CacheRecord {
     pub tokens: u64,
     /// Tokens stored quantized.
     pub quantized_tokens: u64,
-    /// Tokens in the full-precision window.
+    /// KIVI+ attention sinks held: the first tokens, in full precision for good.
+    pub sink_tokens: u64,
+    /// Tokens in the full-precision window (sinks not counted).
     pub residual_tokens: u64,
+    /// Most tokens the window holds before its oldest group is quantized (KIVI: `R + G - 1`;
+    /// 0 for fp16, which has no window).
+    pub residual_capacity: u64,
+    /// Tokens that can still enter the window before its oldest group is quantized (0 when
+    /// it is full: the next token flushes; 0 for fp16).
+    pub tokens_until_flush: u64,
     /// The same tokens in fp16.
     pub fp16_bytes: u64,
     /// What it really holds.
@@ -38,7 +47,10 @@ impl CacheRecord {
             config,
             tokens: kv.total.tokens as u64,
             quantized_tokens: kv.total.quantized_tokens as u64,
+            sink_tokens: kv.total.sink_tokens as u64,
             residual_tokens: kv.total.residual_tokens as u64,
+            residual_capacity: kv.total.residual_capacity as u64,
+            tokens_until_flush: kv.tokens_until_flush as u64,
             fp16_bytes: kv.total.fp16_bytes,
             held_bytes: kv.total.held_bytes,
         }
@@ -98,7 +110,8 @@ impl ChatCaches {
     }
 }
 
-/// The engine's cache settings for the app's.
+/// The engine's cache settings for the app's (the app offers rotation off or on for both
+/// keys and values; the engine's keys-only and values-only rotations are for experiments).
 pub fn engine_cache(settings: &CacheSettings) -> EngineCache {
     match settings.mode {
         CacheMode::Fp16 => EngineCache::Full,
@@ -108,6 +121,14 @@ pub fn engine_cache(settings: &CacheSettings) -> EngineCache {
             settings.group_size as usize,
             settings.residual_length as usize,
         )
+        .and_then(|c| c.with_sinks(settings.sinks as usize))
+        .map(|c| {
+            c.with_rotation(if settings.rotation {
+                Rotation::Both
+            } else {
+                Rotation::None
+            })
+        })
         // Settings are validated when saved (the same rules), so this holds; fall back to
         // the paper's defaults rather than fail a generation if it ever did not.
         .map_or_else(
@@ -137,13 +158,98 @@ mod tests {
         s.group_size = 64;
         s.residual_length = 256;
         assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256");
+        // KIVI+: sinks and rotation reach the engine, in its short names.
+        s.sinks = 4;
+        assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4");
+        s.rotation = true;
+        assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4-rot");
+        let defaults_plus = CacheSettings {
+            sinks: 4,
+            rotation: true,
+            ..CacheSettings::default()
+        };
+        let engine = engine_cache(&defaults_plus);
+        assert_eq!(engine.to_string(), "k2v2-g32-r128-s4-rot");
+        assert_eq!(
+            engine,
+            "k2v2-g32-r128-s4-rot".parse::<EngineCache>().unwrap()
+        );
+        let EngineCache::Kivi(kivi) = engine else {
+            panic!("a KIVI cache: {engine}")
+        };
+        assert_eq!((kivi.sinks(), kivi.rotation()), (4, Rotation::Both));
+        let rotated_only = CacheSettings {
+            rotation: true,
+            sinks: 16,
+            ..CacheSettings::default()
+        };
+        assert_eq!(
+            engine_cache(&rotated_only).to_string(),
+            "k2v2-g32-r128-s16-rot"
+        );
+        assert_eq!(
+            engine_cache(&CacheSettings {
+                sinks: 16,
+                ..CacheSettings::default()
+            })
+            .to_string(),
+            "k2v2-g32-r128-s16"
+        );
+
+        // fp16 ignores every KIVI field, sinks and rotation included.
         s.mode = CacheMode::Fp16;
         assert_eq!(engine_cache(&s), EngineCache::Full);
         let mut t = s;
         t.k_bits = 2;
+        t.sinks = 0;
+        t.rotation = false;
         assert!(same_cache(&s, &t));
         t.mode = CacheMode::Kivi;
         assert!(!same_cache(&s, &t));
+        let mut u = t;
+        u.sinks = 16;
+        assert!(!same_cache(&t, &u));
+        u.sinks = t.sinks;
+        u.rotation = !t.rotation;
+        assert!(!same_cache(&t, &u));
+    }
+
+    #[test]
+    fn records_carry_the_engines_window_figures() {
+        use kivi_engine::cache::LayerKvStats;
+        // As the engine reports a K2V2 G32 R128 cache with 4 sinks after 300 tokens: 4
+        // sinks, 160 quantized (two groups), 136 in the window of at most 159.
+        let layer = LayerKvStats {
+            tokens: 300,
+            quantized_tokens: 160,
+            sink_tokens: 4,
+            residual_tokens: 136,
+            residual_capacity: 159,
+            fp16_bytes: 1000,
+            held_bytes: 300,
+        };
+        let kv = KvStats {
+            total: layer,
+            tokens_until_flush: 23,
+            compression: 0.3,
+            layers: vec![layer],
+        };
+        let config = CacheSettings {
+            sinks: 4,
+            ..CacheSettings::default()
+        };
+        let r = CacheRecord::from_kv(config, &kv);
+        assert_eq!(
+            (
+                r.tokens,
+                r.quantized_tokens,
+                r.sink_tokens,
+                r.residual_tokens
+            ),
+            (300, 160, 4, 136)
+        );
+        assert_eq!((r.residual_capacity, r.tokens_until_flush), (159, 23));
+        assert_eq!((r.fp16_bytes, r.held_bytes), (1000, 300));
     }
 
     #[test]
@@ -154,7 +260,10 @@ mod tests {
             config: CacheSettings::default(),
             tokens: 10,
             quantized_tokens: 0,
+            sink_tokens: 0,
             residual_tokens: 10,
+            residual_capacity: 159,
+            tokens_until_flush: 149,
             fp16_bytes: 100,
             held_bytes: 200,
         };

@@ -120,18 +120,24 @@ impl LiveStats {
         let record = live.cache;
         let config = record.map(|r| r.config);
         let tokens = record.map_or(0, |r| r.tokens);
-        let (quantized, residual, capacity, until_flush) = match config {
-            Some(c) if c.mode == CacheMode::Kivi => {
-                let residual = record.map_or(0, |r| r.residual_tokens);
-                let capacity = u64::from(c.residual_length) + u64::from(c.group_size);
-                (
-                    record.map_or(0, |r| r.quantized_tokens),
-                    residual,
-                    capacity,
-                    Some(capacity.saturating_sub(residual)),
-                )
-            }
-            _ => (0, tokens, 0, None),
+        let window = match record {
+            // The engine's own figures, as they are: recomputing them here once disagreed
+            // with the engine by one (its window holds R + G - 1 tokens, not R + G).
+            Some(r) if r.config.mode == CacheMode::Kivi => Window {
+                quantized: r.quantized_tokens,
+                sinks: r.sink_tokens,
+                residual: r.residual_tokens,
+                capacity: r.residual_capacity,
+                until_flush: Some(r.tokens_until_flush),
+            },
+            // Full precision: every token is "in the window", which never flushes.
+            _ => Window {
+                quantized: 0,
+                sinks: 0,
+                residual: tokens,
+                capacity: 0,
+                until_flush: None,
+            },
         };
         let (device, device_name) = device(&backend);
         StatsSnapshot {
@@ -145,10 +151,11 @@ impl LiveStats {
             cache: config,
             context_length,
             tokens,
-            quantized_tokens: quantized,
-            residual_tokens: residual,
-            residual_capacity: capacity,
-            tokens_until_flush: until_flush,
+            quantized_tokens: window.quantized,
+            sink_tokens: window.sinks,
+            residual_tokens: window.residual,
+            residual_capacity: window.capacity,
+            tokens_until_flush: window.until_flush,
             kv_fp16_bytes: record.map_or(0, |r| r.fp16_bytes),
             kv_held_bytes: record.map_or(0, |r| r.held_bytes),
             decode_tokens_per_sec: live.decode_tokens_per_sec,
@@ -160,6 +167,15 @@ impl LiveStats {
             device_memory_bytes: None,
         }
     }
+}
+
+/// The snapshot's split of a cache's tokens.
+struct Window {
+    quantized: u64,
+    sinks: u64,
+    residual: u64,
+    capacity: u64,
+    until_flush: Option<u64>,
 }
 
 /// Emits `stats` at 5 Hz while working and 1 Hz when idle, for the app's lifetime.
@@ -209,22 +225,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn kivi_window_follows_the_ipc_definitions() {
+    fn kivi_window_is_the_engines() {
         let live = LiveStats::default();
         let empty = live.snapshot(8192, Backend::HOST);
         assert_eq!(empty.phase, Phase::Idle);
         assert_eq!(empty.cache, None);
         assert_eq!(empty.tokens_until_flush, None);
+        assert_eq!(empty.sink_tokens, 0);
         assert!(empty.system_memory_total_bytes > 0);
 
-        let config = CacheSettings::default(); // R 128, G 32
+        // As the engine reports K2V2 G32 R128 after 300 tokens: its window holds at most
+        // R + G - 1 = 159 tokens, and 19 more can enter before it flushes.
+        let config = CacheSettings::default();
         live.start_job(
             "7",
             Some(CacheRecord {
                 config,
                 tokens: 300,
                 quantized_tokens: 160,
+                sink_tokens: 0,
                 residual_tokens: 140,
+                residual_capacity: 159,
+                tokens_until_flush: 19,
                 fp16_bytes: 1000,
                 held_bytes: 300,
             }),
@@ -234,11 +256,68 @@ mod tests {
         assert_eq!(s.chat_id.as_deref(), Some("7"));
         assert_eq!(s.phase, Phase::Prefill);
         assert_eq!(s.tokens, 300);
-        assert_eq!(s.quantized_tokens + s.residual_tokens, 300);
-        assert_eq!(s.residual_capacity, 160);
-        assert_eq!(s.tokens_until_flush, Some(20));
+        assert_eq!(s.quantized_tokens + s.sink_tokens + s.residual_tokens, 300);
+        assert_eq!(s.residual_capacity, 159);
+        assert_eq!(s.tokens_until_flush, Some(19));
         assert_eq!(s.kv_held_bytes, 300);
         assert_eq!(s.context_length, 4096);
+
+        // With 4 sinks they are their own segment: the window does not count them.
+        let sinks = CacheSettings {
+            sinks: 4,
+            rotation: true,
+            ..config
+        };
+        live.describe(
+            "7",
+            Some(CacheRecord {
+                config: sinks,
+                tokens: 300,
+                quantized_tokens: 160,
+                sink_tokens: 4,
+                residual_tokens: 136,
+                residual_capacity: 159,
+                tokens_until_flush: 23,
+                fp16_bytes: 1000,
+                held_bytes: 310,
+            }),
+        );
+        let s = live.snapshot(4096, Backend::HOST);
+        assert_eq!(s.cache, Some(sinks));
+        assert_eq!(
+            (
+                s.quantized_tokens,
+                s.sink_tokens,
+                s.residual_tokens,
+                s.residual_capacity,
+                s.tokens_until_flush
+            ),
+            (160, 4, 136, 159, Some(23))
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["sinkTokens"], 4);
+        assert_eq!(json["cache"]["sinks"], 4);
+        assert_eq!(json["cache"]["rotation"], true);
+
+        // A full window: the next token flushes.
+        live.describe(
+            "7",
+            Some(CacheRecord {
+                config,
+                tokens: 159,
+                quantized_tokens: 0,
+                sink_tokens: 0,
+                residual_tokens: 159,
+                residual_capacity: 159,
+                tokens_until_flush: 0,
+                fp16_bytes: 10,
+                held_bytes: 20,
+            }),
+        );
+        assert_eq!(
+            live.snapshot(4096, Backend::HOST).tokens_until_flush,
+            Some(0)
+        );
 
         let mut fp16 = config;
         fp16.mode = CacheMode::Fp16;
@@ -248,7 +327,10 @@ mod tests {
                 config: fp16,
                 tokens: 50,
                 quantized_tokens: 0,
+                sink_tokens: 0,
                 residual_tokens: 50,
+                residual_capacity: 0,
+                tokens_until_flush: 0,
                 fp16_bytes: 10,
                 held_bytes: 20,
             }),
@@ -256,7 +338,62 @@ mod tests {
         let s = live.snapshot(4096, Backend::HOST);
         assert_eq!((s.quantized_tokens, s.residual_tokens), (0, 50));
         assert_eq!((s.residual_capacity, s.tokens_until_flush), (0, None));
+        assert_eq!(s.sink_tokens, 0);
         live.forget_chat("7");
         assert_eq!(live.snapshot(1, Backend::HOST).chat_id, None);
+    }
+
+    #[test]
+    fn engine_statistics_reach_the_snapshot_as_they_are() {
+        use kivi_engine::cache::LayerKvStats;
+        use kivi_engine::stats::{KvStats, MemoryStats, Phase as EnginePhase};
+        // The engine's figures for K2V2 G32 R32 with 4 sinks after 100 tokens.
+        let layer = LayerKvStats {
+            tokens: 100,
+            quantized_tokens: 64,
+            sink_tokens: 4,
+            residual_tokens: 32,
+            residual_capacity: 63,
+            fp16_bytes: 4000,
+            held_bytes: 1500,
+        };
+        let stats = Stats {
+            phase: EnginePhase::Decode,
+            prompt_tokens: 90,
+            reused_tokens: 0,
+            prefilled_tokens: 90,
+            prefill_total: 90,
+            prefill_tokens_per_s: 500.0,
+            generated_tokens: 10,
+            decode_tokens_per_s: 20.0,
+            time_to_first_token_s: Some(0.25),
+            elapsed_s: 1.0,
+            kv: KvStats {
+                total: layer,
+                tokens_until_flush: 31,
+                compression: 0.375,
+                layers: vec![layer],
+            },
+            memory: MemoryStats::default(),
+            backend: Backend::HOST,
+            cache: "kivi k2v2 g32 r32 s4".into(),
+        };
+        let config = CacheSettings {
+            residual_length: 32,
+            sinks: 4,
+            ..CacheSettings::default()
+        };
+        let live = LiveStats::default();
+        live.update("3", config, &stats, Phase::Decode);
+        let s = live.snapshot(8192, Backend::HOST);
+        assert_eq!(s.tokens, 100);
+        assert_eq!(
+            (s.quantized_tokens, s.sink_tokens, s.residual_tokens),
+            (64, 4, 32)
+        );
+        assert_eq!((s.residual_capacity, s.tokens_until_flush), (63, Some(31)));
+        assert_eq!((s.kv_fp16_bytes, s.kv_held_bytes), (4000, 1500));
+        assert_eq!(s.decode_tokens_per_sec, Some(20.0));
+        assert_eq!(s.ttft_ms, Some(250.0));
     }
 }

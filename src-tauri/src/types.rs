@@ -116,15 +116,21 @@ pub struct StatsSnapshot {
     pub cache: Option<CacheConfig>,
     /// The context length in force.
     pub context_length: u64,
-    /// Tokens in the cache.
+    /// Tokens in the cache: quantized + sinks + window.
     pub tokens: u64,
-    /// Tokens stored quantized.
+    /// Tokens stored quantized (the engine's count).
     pub quantized_tokens: u64,
-    /// Tokens in the full-precision window.
+    /// KIVI+ attention sinks held: the first tokens, in full precision for good (the
+    /// engine's count; 0 without sinks and for fp16).
+    pub sink_tokens: u64,
+    /// Tokens in the full-precision window, sinks not counted (fp16: every token).
     pub residual_tokens: u64,
-    /// KIVI: R + G; fp16: 0.
+    /// The engine's most tokens in the window before its oldest group is quantized:
+    /// KIVI `R + G - 1`; fp16 0.
     pub residual_capacity: u64,
-    /// KIVI: residualCapacity − residualTokens; fp16: `None`.
+    /// The engine's tokens that can still enter the window before its oldest group is
+    /// quantized (`residual_capacity - residual_tokens`, 0 = the next token flushes);
+    /// fp16 `None`.
     pub tokens_until_flush: Option<u64>,
     /// The same tokens' K and V in fp16.
     pub kv_fp16_bytes: u64,

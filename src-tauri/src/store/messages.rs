@@ -374,6 +374,9 @@ mod tests {
                 v_bits: 2,
                 group_size: 32,
                 residual_length: 128,
+                // KIVI+ fields round-trip through the stored JSON too.
+                sinks: 4,
+                rotation: true,
             },
             prompt_tokens: 42,
             generated_tokens: 7,

@@ -23,8 +23,11 @@ pub type SettingsErrors = Vec<FieldError>;
 /// `app_state` key of the active model id.
 const ACTIVE_MODEL_KEY: &str = "activeModelId";
 
+/// The attention sink counts the settings offer (KIVI+ papers use 4 or 16; 0 is plain KIVI).
+pub const SINK_CHOICES: [u32; 3] = [0, 4, 16];
+
 impl Default for CacheSettings {
-    /// KIVI, K2 V2, G 32, R 128 (the paper's defaults).
+    /// KIVI, K2 V2, G 32, R 128 (the paper's defaults), without KIVI+'s sinks and rotation.
     fn default() -> Self {
         CacheSettings {
             mode: CacheMode::Kivi,
@@ -32,6 +35,8 @@ impl Default for CacheSettings {
             v_bits: 2,
             group_size: 32,
             residual_length: 128,
+            sinks: 0,
+            rotation: false,
         }
     }
 }
@@ -125,6 +130,9 @@ impl Settings {
                 "Residual length must be smaller than the context length.".into(),
             );
         }
+        if !SINK_CHOICES.contains(&c.sinks) {
+            push("cache.sinks", "Sink tokens must be 0, 4 or 16.".into());
+        }
 
         if !(512..=131_072).contains(&self.context_length) {
             push(
@@ -183,8 +191,8 @@ impl Settings {
     }
 
     /// Whether changing from `self` to `new` invalidates KV caches (`cacheReset`): the
-    /// context length, the cache or the backend changed, where fp16 ↔ fp16 ignores the
-    /// unused KIVI fields.
+    /// context length, the cache (bits, group, window, sinks, rotation) or the backend
+    /// changed, where fp16 ↔ fp16 ignores the unused KIVI fields.
     pub fn cache_reset_needed(&self, new: &Settings) -> bool {
         if self.context_length != new.context_length || self.backend != new.backend {
             return true;
@@ -279,7 +287,7 @@ mod tests {
         // f32 fields print as the UI typed them (`to_string`, as Tauri sends them).
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
-            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
+            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128,"sinks":0,"rotation":false},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
         );
         assert!(s.validate().is_ok());
         assert_eq!(Settings::defaults_for_model(None), s);
@@ -352,6 +360,9 @@ mod tests {
             },
             "cache.residualLength",
         );
+        check(&|s| s.cache.sinks = 8, "cache.sinks");
+        check(&|s| s.cache.sinks = 1, "cache.sinks");
+        check(&|s| s.cache.sinks = 128, "cache.sinks");
         check(&|s| s.context_length = 511, "contextLength");
         check(&|s| s.context_length = 131_073, "contextLength");
         check(&|s| s.sampling.temperature = 2.01, "sampling.temperature");
@@ -385,7 +396,21 @@ mod tests {
         edge.sampling.top_k = 1000;
         edge.sampling.repetition_penalty = 2.0;
         edge.sampling.max_tokens = 32_768;
+        edge.cache.sinks = 16;
+        edge.cache.rotation = true;
         assert_eq!(fields(&edge), Vec::<&str>::new());
+        for sinks in SINK_CHOICES {
+            let mut s = ok;
+            s.cache.sinks = sinks;
+            assert!(s.validate().is_ok(), "{sinks}");
+            // fp16 keeps and checks them too, as it does the bits.
+            s.cache.mode = CacheMode::Fp16;
+            assert!(s.validate().is_ok(), "{sinks}");
+        }
+        let mut fp16 = ok;
+        fp16.cache.mode = CacheMode::Fp16;
+        fp16.cache.sinks = 5;
+        assert_eq!(fields(&fp16), vec!["cache.sinks"]);
         let mut zero = ok;
         zero.cache.residual_length = 0;
         zero.context_length = 512;
@@ -410,6 +435,9 @@ mod tests {
             "Residual length must be a multiple of the group size (32): try 32."
         );
         s.cache.residual_length = 128;
+        s.cache.sinks = 3;
+        assert_eq!(s.errors()[0].message, "Sink tokens must be 0, 4 or 16.");
+        s.cache.sinks = 0;
         s.sampling.max_tokens = 9000;
         assert_eq!(
             s.validate().unwrap_err().to_string(),
@@ -433,6 +461,67 @@ mod tests {
         assert!(!fp16.cache_reset_needed(&fp16b));
         fp16b.context_length = 4096;
         assert!(fp16.cache_reset_needed(&fp16b));
+
+        // KIVI+: sinks and rotation build a different cache, like the bits ...
+        let mut sinks = kivi;
+        sinks.cache.sinks = 4;
+        assert!(kivi.cache_reset_needed(&sinks));
+        assert!(sinks.cache_reset_needed(&kivi));
+        let mut rotated = kivi;
+        rotated.cache.rotation = true;
+        assert!(kivi.cache_reset_needed(&rotated));
+        assert!(rotated.cache_reset_needed(&kivi));
+        let mut both = sinks;
+        both.cache.rotation = true;
+        assert!(sinks.cache_reset_needed(&both));
+        assert!(!both.cache_reset_needed(&both));
+        // ... and an fp16 cache ignores them, like the bits.
+        let mut fp16c = fp16;
+        fp16c.cache.sinks = 16;
+        fp16c.cache.rotation = true;
+        assert!(!fp16.cache_reset_needed(&fp16c));
+        let mut back = fp16c;
+        back.cache.mode = CacheMode::Kivi;
+        assert!(fp16c.cache_reset_needed(&back));
+    }
+
+    #[test]
+    fn kivi_plus_fields_default_to_off_and_read_when_absent() {
+        let c = CacheSettings::default();
+        assert_eq!((c.sinks, c.rotation), (0, false));
+        // Settings saved by builds before KIVI+ have neither field.
+        let old = json!({
+            "cache": {"mode": "kivi", "kBits": 4, "vBits": 2, "groupSize": 64, "residualLength": 128},
+            "contextLength": 4096,
+            "sampling": {"temperature": 0.5, "topP": 0.9, "topK": 40, "repetitionPenalty": 1.1,
+                         "maxTokens": 512, "seed": null},
+            "backend": "auto"
+        });
+        let s: Settings = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!((s.cache.sinks, s.cache.rotation), (0, false));
+        assert_eq!(s.cache.k_bits, 4);
+        assert!(s.validate().is_ok());
+        // They are always written, and read back.
+        let mut on = s;
+        on.cache.sinks = 16;
+        on.cache.rotation = true;
+        let v = serde_json::to_value(on).unwrap();
+        assert_eq!(v["cache"]["sinks"], json!(16));
+        assert_eq!(v["cache"]["rotation"], json!(true));
+        assert_eq!(serde_json::from_value::<Settings>(v).unwrap(), on);
+        // A row saved by an older build, straight from the database, reads as plain KIVI.
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("kivi.db")).unwrap();
+        store
+            .conn()
+            .execute(
+                "INSERT INTO settings (id, value) VALUES (1, ?1)",
+                [old.to_string()],
+            )
+            .unwrap();
+        assert_eq!(store.get_settings().unwrap(), s);
+        store.put_settings(&on).unwrap();
+        assert_eq!(store.get_settings().unwrap(), on);
     }
 
     #[test]

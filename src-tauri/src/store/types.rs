@@ -33,6 +33,14 @@ pub struct CacheSettings {
     pub group_size: u32,
     /// Residual window R: tokens kept in full precision, a multiple of `group_size`.
     pub residual_length: u32,
+    /// KIVI+ attention sinks: the first tokens of a conversation, kept in full precision for
+    /// good; 0, 4 or 16. Settings saved before KIVI+ have none, which reads as 0 (plain KIVI).
+    #[serde(default)]
+    pub sinks: u32,
+    /// KIVI+ Hadamard rotation: keys and values stored in a rotated basis. Settings saved
+    /// before KIVI+ have none, which reads as off (plain KIVI).
+    #[serde(default)]
+    pub rotation: bool,
 }
 
 /// The IPC name of [`CacheSettings`].
@@ -547,6 +555,8 @@ mod tests {
             v_bits: 4,
             group_size: 32,
             residual_length: 128,
+            sinks: 0,
+            rotation: false,
         }
     }
 
@@ -581,7 +591,8 @@ mod tests {
         assert_eq!(
             serde_json::to_value(&stats).unwrap(),
             json!({"modelId":"builtin/x",
-                   "cache":{"mode":"kivi","kBits":2,"vBits":4,"groupSize":32,"residualLength":128},
+                   "cache":{"mode":"kivi","kBits":2,"vBits":4,"groupSize":32,"residualLength":128,
+                            "sinks":0,"rotation":false},
                    "promptTokens":10,"generatedTokens":3,"ttftMs":null,"prefillTokensPerSec":1.5,
                    "decodeTokensPerSec":null,"kvFp16Bytes":100,"kvHeldBytes":30})
         );

@@ -45,9 +45,12 @@ export interface CommandError {
 export type CacheMode = "kivi" | "fp16";
 export type Bits = 2 | 4;
 export type GroupSize = 32 | 64 | 128;
+/** KIVI+ attention sinks the settings offer (0 = none). */
+export type SinkTokens = 0 | 4 | 16;
 
-/** How a KV cache is built. `kBits`, `vBits`, `groupSize`, `residualLength` are kept (and
- * validated) in fp16 mode too, so switching back to KIVI restores them. */
+/** How a KV cache is built. `kBits`, `vBits`, `groupSize`, `residualLength`, `sinks` and
+ * `rotation` are kept (and validated) in fp16 mode too, so switching back to KIVI restores
+ * them; an fp16 cache ignores them. */
 export interface CacheConfig {
   mode: CacheMode;
   kBits: Bits;
@@ -55,6 +58,11 @@ export interface CacheConfig {
   groupSize: GroupSize;
   /** R: tokens kept in full precision; a multiple of `groupSize`, 0..=4096, < contextLength. */
   residualLength: number;
+  /** KIVI+: the first tokens of a conversation, kept in full precision for good (0, 4 or 16;
+   * settings saved before KIVI+ read as 0). */
+  sinks: SinkTokens;
+  /** KIVI+: keys and values stored in a rotated (Hadamard) basis (older settings: false). */
+  rotation: boolean;
 }
 
 export interface SamplingSettings {
@@ -246,14 +254,20 @@ export interface StatsSnapshot {
   /** The described cache's settings; null when there is no cache. */
   cache: CacheConfig | null;
   contextLength: number;
-  /** Tokens in the cache: quantizedTokens + residualTokens. */
+  /** Tokens in the cache: quantizedTokens + sinkTokens + residualTokens. */
   tokens: number;
+  /** Tokens stored quantized (the engine's count). */
   quantizedTokens: number;
-  /** Tokens in the full-precision residual window (all tokens in fp16 mode). */
+  /** KIVI+ attention sinks held: the first tokens, in full precision for good (0 without
+   * sinks and in fp16 mode). */
+  sinkTokens: number;
+  /** Tokens in the full-precision residual window, sinks not counted (all tokens in fp16 mode). */
   residualTokens: number;
-  /** R + G in KIVI mode (the window flushes G tokens when it reaches this); 0 in fp16 mode. */
+  /** The engine's most tokens in the window before its oldest group is quantized: R + G - 1
+   * in KIVI mode; 0 in fp16 mode. */
   residualCapacity: number;
-  /** Tokens to append before the next flush (capacity - residualTokens); null in fp16 mode. */
+  /** Tokens that can still enter the window before its oldest group is quantized
+   * (residualCapacity - residualTokens; 0 = the next token flushes); null in fp16 mode. */
   tokensUntilFlush: number | null;
   /** The same tokens' K and V in fp16, all layers. */
   kvFp16Bytes: number;

@@ -25,35 +25,61 @@ function Meter({ fraction, testId, label, marker }: { fraction: number; testId?:
   );
 }
 
+/** "23 more before the next flush", or "the next token flushes" when the window is full. */
+function flushText(untilFlush: number | null): string {
+  if (untilFlush == null) return "";
+  return untilFlush <= 0 ? "the next token flushes" : `${formatCount(untilFlush)} more before the next flush`;
+}
+
+/** The window as the engine reports it: its fill, capacity (R + G - 1) and, beside it, the sinks. */
 function ResidualGauge({ s }: { s: StatsSnapshot }) {
   if (!s.cache || s.cache.mode === "fp16" || s.residualCapacity <= 0) {
+    const text = !s.cache
+      ? "No cache yet: send a message to build one."
+      : s.cache.mode === "fp16"
+        ? "Full precision: every token is kept in fp16, nothing is quantized."
+        : "No tokens in the cache yet.";
     return (
-      <div class="panel-block" data-testid="residual-gauge" data-mode="fp16">
+      <div class="panel-block" data-testid="residual-gauge" data-mode={s.cache?.mode ?? "none"}>
         <div class="block-head">
           <span>Residual window</span>
         </div>
         <p class="muted small" data-testid="residual-text">
-          {s.cache ? "Full precision: every token is kept in fp16, nothing is quantized." : "No cache yet: send a message to build one."}
+          {text}
         </p>
       </div>
     );
   }
-  const { residualLength: r, groupSize: g } = s.cache;
+  const { residualLength: r, groupSize: g, sinks } = s.cache;
   const fill = s.residualTokens / s.residualCapacity;
+  const showSinks = sinks > 0 || s.sinkTokens > 0;
   return (
     <div class="panel-block" data-testid="residual-gauge" data-mode="kivi">
       <div class="block-head">
         <span>Residual window</span>
-        <span class="muted small">R {r} + G {g}</span>
+        <span class="muted small">
+          R {r} · G {g}
+          {sinks > 0 && <> · S {sinks}</>}
+        </span>
       </div>
-      <Meter fraction={fill} testId="residual-meter" label="Residual window fill" marker={r / s.residualCapacity} />
-      <div class="block-foot">
+      <div class="window-row">
+        {showSinks && (
+          <span class="sink-seg" data-testid="residual-sinks" title="Attention sinks: the first tokens, kept in full precision for good, outside the window">
+            {formatCount(s.sinkTokens)} sinks
+          </span>
+        )}
+        <Meter fraction={fill} testId="residual-meter" label="Residual window fill" marker={r / s.residualCapacity} />
+      </div>
+      <div class="block-foot wrap">
         <span data-testid="residual-text">
           <strong>{formatCount(s.residualTokens)}</strong> / {formatCount(s.residualCapacity)} tokens in full precision
         </span>
-        <span data-testid="residual-flush">{s.tokensUntilFlush != null ? `flush in ${formatCount(s.tokensUntilFlush)}` : ""}</span>
+        <span data-testid="residual-flush">{flushText(s.tokensUntilFlush)}</span>
       </div>
-      <p class="muted tiny">When the window reaches R + G tokens, its oldest {g} are quantized as one group.</p>
+      <p class="muted tiny">
+        The window holds up to R + G − 1 tokens; the next one quantizes its oldest {g} as one group.
+        {showSinks && " Sinks stay in full precision for good."}
+      </p>
     </div>
   );
 }
@@ -125,9 +151,12 @@ export function LivePanel() {
             </span>
           </div>
           <Meter fraction={ctxFrac} label="Context used" testId="context-meter" />
-          <div class="block-foot muted small">
-            <span>{formatCount(s?.quantizedTokens ?? 0)} quantized</span>
-            <span>{formatCount(s?.residualTokens ?? 0)} full precision</span>
+          <div class="block-foot muted small" data-testid="stat-breakdown">
+            <span data-testid="stat-quantized">{formatCount(s?.quantizedTokens ?? 0)} quantized</span>
+            {s && (s.sinkTokens > 0 || (s.cache?.mode === "kivi" && s.cache.sinks > 0)) && (
+              <span data-testid="stat-sinks">{formatCount(s.sinkTokens)} sinks</span>
+            )}
+            <span data-testid="stat-window">{formatCount(s?.residualTokens ?? 0)} full precision</span>
           </div>
         </div>
 

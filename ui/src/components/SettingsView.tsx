@@ -1,10 +1,10 @@
 /** Settings: model, KV cache, context, sampling, local server, appearance. */
 import { useEffect, useMemo, useState } from "preact/hooks";
-import type { Bits, CacheMode, GroupSize, Settings } from "../api/types";
+import type { Bits, CacheMode, GroupSize, Settings, SinkTokens } from "../api/types";
 import { BACKEND_CHOICES, backendLabel } from "../lib/backends";
 import { cacheLabel, estimatedRatio, sameCache } from "../lib/kivi";
 import { formatCount } from "../lib/format";
-import { GROUP_CHOICES, LIMITS, isValid, parseNumberInput, validatePort, validateSettings, type SettingsErrors } from "../lib/validate";
+import { GROUP_CHOICES, LIMITS, SINK_CHOICES, isValid, parseNumberInput, validatePort, validateSettings, type SettingsErrors } from "../lib/validate";
 import {
   activateModel,
   copyText,
@@ -17,7 +17,7 @@ import {
   useApp,
   type Theme,
 } from "../state/app";
-import { Field, NumberInput, Segmented } from "./controls";
+import { Field, NumberInput, Segmented, Switch } from "./controls";
 import { IconMonitor, IconMoon, IconServer, IconSun } from "./icons";
 
 /** The editable form: choices as values, numbers as the text the user typed. */
@@ -27,6 +27,8 @@ interface Draft {
   vBits: Bits;
   groupSize: GroupSize;
   residualLength: string;
+  sinks: SinkTokens;
+  rotation: boolean;
   contextLength: string;
   temperature: string;
   topP: string;
@@ -44,6 +46,8 @@ export function toDraft(s: Settings): Draft {
     vBits: s.cache.vBits,
     groupSize: s.cache.groupSize,
     residualLength: String(s.cache.residualLength),
+    sinks: s.cache.sinks,
+    rotation: s.cache.rotation,
     contextLength: String(s.contextLength),
     temperature: String(s.sampling.temperature),
     topP: String(s.sampling.topP),
@@ -59,7 +63,15 @@ const num = (raw: string): number => parseNumberInput(raw) ?? Number.NaN;
 
 export function fromDraft(d: Draft): Settings {
   return {
-    cache: { mode: d.mode, kBits: d.kBits, vBits: d.vBits, groupSize: d.groupSize, residualLength: num(d.residualLength) },
+    cache: {
+      mode: d.mode,
+      kBits: d.kBits,
+      vBits: d.vBits,
+      groupSize: d.groupSize,
+      residualLength: num(d.residualLength),
+      sinks: d.sinks,
+      rotation: d.rotation,
+    },
     contextLength: num(d.contextLength),
     sampling: {
       temperature: num(d.temperature),
@@ -328,6 +340,35 @@ export function SettingsView() {
                 width="110px"
               />
               <span class="unit">tokens</span>
+            </Field>
+            <Field
+              label="Sink tokens"
+              hint="Keep the first tokens of the conversation in full precision: they attract attention from every later token."
+              error={errors["cache.sinks"]}
+              errorTestId="sinks-error"
+            >
+              <Segmented<SinkTokens>
+                value={draft.sinks}
+                label="Sink tokens"
+                testId="sinks"
+                disabled={!kivi}
+                onChange={(v) => set("sinks", v)}
+                options={SINK_CHOICES.map((n) => ({ value: n, label: n === 0 ? "None" : String(n) }))}
+              />
+            </Field>
+            <Field
+              label="Hadamard rotation"
+              hint="Store keys and values in a rotated basis: 2-bit caches lose far less (about +4% perplexity instead of +24% on SmolLM2 with both)."
+            >
+              <Switch
+                checked={draft.rotation}
+                label="Hadamard rotation"
+                testId="rotation"
+                disabled={!kivi}
+                title="Needs a model whose attention head size is a power of two (64, 128, …)."
+                onChange={(v) => set("rotation", v)}
+              />
+              <span class="switch-text" data-testid="rotation-state">{draft.rotation ? "On" : "Off"}</span>
             </Field>
             <Field label="Context length" hint={ctxWarn ?? "Tokens the cache may hold: system prompt, documents, conversation and answer."} error={errors.contextLength} errorTestId="context-error">
               <NumberInput value={draft.contextLength} onInput={(v) => set("contextLength", v)} testId="context-input" label="Context length" step={1024} min={512} max={131072} invalid={!!errors.contextLength} width="110px" />

@@ -67,7 +67,7 @@ const newId = (prefix: string) => `${prefix}-${++seq}`;
 const now = () => Date.now();
 
 const DEFAULT_SETTINGS: Settings = {
-  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
+  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
   contextLength: 32768,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
@@ -94,18 +94,20 @@ const LAYERS = 28;
 const KV_HEADS = 8;
 const HEAD_DIM = 128;
 
-/** fp16 bytes and held bytes of a cache holding `t` tokens, computed as the engine would. */
-function kvBytes(t: number, cfg: CacheConfig | null): { fp16: number; held: number; quantized: number; residual: number } {
+/** fp16 bytes and held bytes of a cache holding `t` tokens, and its split (sinks, quantized,
+ * window), computed as the engine would. */
+function kvBytes(t: number, cfg: CacheConfig | null): { fp16: number; held: number; quantized: number; sinks: number; residual: number } {
   const perTokenFp16 = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2;
   const fp16 = t * perTokenFp16;
-  if (!cfg || cfg.mode === "fp16") return { fp16, held: fp16, quantized: 0, residual: t };
-  const w = residualWindow(t, cfg.residualLength, cfg.groupSize);
+  if (!cfg || cfg.mode === "fp16") return { fp16, held: fp16, quantized: 0, sinks: 0, residual: t };
+  const w = residualWindow(t, cfg.residualLength, cfg.groupSize, cfg.sinks);
   const q = w.quantized;
   const heads = LAYERS * KV_HEADS;
   const keys = q * HEAD_DIM * (cfg.kBits / 8) + (q / cfg.groupSize) * HEAD_DIM * 4;
   const values = q * HEAD_DIM * (cfg.vBits / 8) + q * (HEAD_DIM / cfg.groupSize) * 4;
-  const residual = w.residual * HEAD_DIM * 2 * 2;
-  return { fp16, held: heads * (keys + values + residual), quantized: q, residual: w.residual };
+  // Sinks and the window are both held in fp16.
+  const residual = (w.sinks + w.residual) * HEAD_DIM * 2 * 2;
+  return { fp16, held: heads * (keys + values + residual), quantized: q, sinks: w.sinks, residual: w.residual };
 }
 
 let phase: StatsSnapshot["phase"] = "idle";
@@ -120,7 +122,7 @@ function snapshot(): StatsSnapshot {
   const cfg = rec?.cacheConfig ?? null;
   const b = kvBytes(t, cfg);
   const kivi = cfg && cfg.mode === "kivi";
-  const w = kivi ? residualWindow(t, cfg.residualLength, cfg.groupSize) : null;
+  const w = kivi ? residualWindow(t, cfg.residualLength, cfg.groupSize, cfg.sinks) : null;
   return {
     timestampMs: now(),
     phase,
@@ -133,6 +135,7 @@ function snapshot(): StatsSnapshot {
     contextLength: settings.contextLength,
     tokens: t,
     quantizedTokens: b.quantized,
+    sinkTokens: b.sinks,
     residualTokens: b.residual,
     residualCapacity: w ? w.capacity : 0,
     tokensUntilFlush: w ? w.untilFlush : null,
@@ -275,7 +278,7 @@ function seed(): void {
   };
   const u3 = msg(c2.id, "user", "Why can't I hold two mutable borrows of a Vec?", "complete", t1);
   const a3 = msg(c2.id, "assistant", "Because `&mut` is an **exclusive** borrow:\n\n```rust\nlet mut v = vec![1, 2, 3];\nlet a = &mut v;\nlet b = &mut v; // error[E0499]\na.push(4);\n```\n\nUse one borrow at a time, or split the slice with `split_at_mut`.", "complete", t1 + 2000);
-  a3.stats = statsFor(96, 220, { mode: "fp16", kBits: 4, vBits: 4, groupSize: 64, residualLength: 128 });
+  a3.stats = statsFor(96, 220, { mode: "fp16", kBits: 4, vBits: 4, groupSize: 64, residualLength: 128, sinks: 0, rotation: false });
   c2.messages.push(u3, a3);
   chats.set(c2.id, { chat: c2, cacheTokens: 0, cacheConfig: null });
   statsChatId = c1.id;

@@ -1,24 +1,33 @@
-/** KIVI cache arithmetic the UI needs (the back end is the authority; see DESIGN.md). */
+/** KIVI cache arithmetic the UI needs (the back end is the authority; see IPC.md). */
 import type { CacheConfig } from "../api/types";
 
+/**
+ * How the engine splits a KIVI cache's tokens. The live panel shows the engine's own figures
+ * (`StatsSnapshot`); this follows the same definitions for the mock back end and for
+ * estimates before any statistics arrive.
+ */
 export interface ResidualWindow {
-  /** Tokens stored quantized: max(0, floor((T - R) / G) * G). */
+  /** KIVI+ attention sinks held: S' = min(T, S), the first tokens, in full precision for good. */
+  sinks: number;
+  /** Tokens stored quantized: max(0, floor((T - S' - R) / G) * G). */
   quantized: number;
-  /** Tokens in the full-precision window: T - quantized. */
+  /** Tokens in the full-precision window, sinks not counted: T - S' - quantized. */
   residual: number;
-  /** R + G: the window flushes one group of G tokens when it reaches this. */
+  /** R + G - 1: the most tokens the window holds; one more and its oldest G are quantized. */
   capacity: number;
-  /** Tokens to append before the next flush. */
+  /** Tokens that can still enter the window before the next flush: capacity - residual
+   * (0 = the next token flushes). */
   untilFlush: number;
 }
 
-/** The residual window after T tokens with window R and group G (R a multiple of G). */
-export function residualWindow(tokens: number, residualLength: number, groupSize: number): ResidualWindow {
+/** The window after T tokens with window R, group G (R a multiple of G) and S sinks. */
+export function residualWindow(tokens: number, residualLength: number, groupSize: number, sinks = 0): ResidualWindow {
   const t = Math.max(0, Math.floor(tokens));
-  const quantized = Math.max(0, Math.floor((t - residualLength) / groupSize) * groupSize);
-  const residual = t - quantized;
-  const capacity = residualLength + groupSize;
-  return { quantized, residual, capacity, untilFlush: capacity - residual };
+  const held = Math.min(t, Math.max(0, Math.floor(sinks)));
+  const quantized = Math.max(0, Math.floor((t - held - residualLength) / groupSize) * groupSize);
+  const residual = t - held - quantized;
+  const capacity = residualLength + groupSize - 1;
+  return { sinks: held, quantized, residual, capacity, untilFlush: capacity - residual };
 }
 
 /**
@@ -33,11 +42,13 @@ export function estimatedRatio(config: CacheConfig, scaleBytes = 2): number {
   return 16 / avgBits;
 }
 
-/** "KIVI K2 V4 · G32 · R128" or "Full precision". */
+/** "KIVI K2 V4 · G32 · R128", with KIVI+ " · S4" (sinks) and " · rotated"; or "Full precision". */
 export function cacheLabel(config: CacheConfig | null | undefined): string {
   if (!config) return "No cache";
   if (config.mode === "fp16") return "Full precision";
-  return `KIVI K${config.kBits} V${config.vBits} · G${config.groupSize} · R${config.residualLength}`;
+  const sinks = config.sinks > 0 ? ` · S${config.sinks}` : "";
+  const rotated = config.rotation ? " · rotated" : "";
+  return `KIVI K${config.kBits} V${config.vBits} · G${config.groupSize} · R${config.residualLength}${sinks}${rotated}`;
 }
 
 /** Short form for badges: "K2V4" or "FP16". */
@@ -51,5 +62,12 @@ export function sameCache(a: CacheConfig | null | undefined, b: CacheConfig | nu
   if (!a || !b) return a === b;
   if (a.mode !== b.mode) return false;
   if (a.mode === "fp16") return true;
-  return a.kBits === b.kBits && a.vBits === b.vBits && a.groupSize === b.groupSize && a.residualLength === b.residualLength;
+  return (
+    a.kBits === b.kBits &&
+    a.vBits === b.vBits &&
+    a.groupSize === b.groupSize &&
+    a.residualLength === b.residualLength &&
+    a.sinks === b.sinks &&
+    a.rotation === b.rotation
+  );
 }

@@ -3,6 +3,8 @@ import type { Settings } from "../api/types";
 
 export const BIT_CHOICES = [2, 4] as const;
 export const GROUP_CHOICES = [32, 64, 128] as const;
+/** KIVI+ attention sinks (0 = none); the back end accepts these only (`SINK_CHOICES`). */
+export const SINK_CHOICES = [0, 4, 16] as const;
 export const LIMITS = {
   residualLength: { min: 0, max: 4096 },
   contextLength: { min: 512, max: 131_072 },
@@ -22,6 +24,7 @@ export type SettingsField =
   | "cache.vBits"
   | "cache.groupSize"
   | "cache.residualLength"
+  | "cache.sinks"
   | "contextLength"
   | "sampling.temperature"
   | "sampling.topP"
@@ -58,6 +61,7 @@ export function validateSettings(s: Settings): SettingsErrors {
   } else if (isInt(s.contextLength) && r >= s.contextLength) {
     e["cache.residualLength"] = "Residual length must be smaller than the context length.";
   }
+  if (!(SINK_CHOICES as readonly number[]).includes(cache.sinks)) e["cache.sinks"] = "Sink tokens must be 0, 4 or 16.";
 
   const c = s.contextLength;
   if (!isInt(c) || c < LIMITS.contextLength.min || c > LIMITS.contextLength.max) {

@@ -24,13 +24,15 @@ function snapshot(t: number, patch: Partial<StatsSnapshot>): StatsSnapshot {
     deviceName: "Apple silicon GPU (Metal)",
     backend: "mlx-gpu-f16",
     backendName: "MLX on the GPU, float16",
-    cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
+    cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
     contextLength: 8192,
     tokens: 1000,
     quantizedTokens: 900,
+    sinkTokens: 0,
     residualTokens: 100,
-    residualCapacity: 160,
-    tokensUntilFlush: 60,
+    // The engine's window holds at most R + G - 1 tokens.
+    residualCapacity: 159,
+    tokensUntilFlush: 59,
     kvFp16Bytes: 100 * MiB,
     kvHeldBytes: 20 * MiB,
     decodeTokensPerSec: 31.4,
@@ -60,8 +62,11 @@ describe("live panel", () => {
     expect(await text(app, "stat-fp16-bytes")).toBe("100 MiB");
     expect(await text(app, "stat-ratio")).toBe("5.00×");
     expect(await text(app, "stat-saved")).toBe("80% less memory");
-    expect(await text(app, "residual-text")).toBe("100 / 160 tokens in full precision");
-    expect(await text(app, "residual-flush")).toBe("flush in 60");
+    expect(await text(app, "residual-text")).toBe("100 / 159 tokens in full precision");
+    expect(await text(app, "residual-flush")).toBe("59 more before the next flush");
+    // No sinks configured: no sinks segment.
+    expect(await page.locator(tid("residual-sinks")).count()).toBe(0);
+    expect(await page.locator(tid("stat-sinks")).count()).toBe(0);
     expect(await page.getAttribute(tid("residual-meter"), "aria-valuenow")).toBe("63");
     expect(await text(app, "stat-decode")).toBe("31.4 tok/s");
     expect(await text(app, "stat-prefill")).toBe("1520 tok/s");
@@ -76,12 +81,13 @@ describe("live panel", () => {
     const samples0 = Number(await page.getAttribute(tid("kv-chart"), "data-samples"));
 
     // A flush: the window drops back to R, held bytes grow less than fp16 bytes.
-    await page.evaluate((s) => window.__kiviMock.emit("stats", s), snapshot(t0 + 200, { tokens: 1060, quantizedTokens: 932, residualTokens: 128, tokensUntilFlush: 32, kvFp16Bytes: 106 * MiB, kvHeldBytes: 20.5 * MiB }));
+    await page.evaluate((s) => window.__kiviMock.emit("stats", s), snapshot(t0 + 200, { tokens: 1060, quantizedTokens: 932, residualTokens: 128, tokensUntilFlush: 31, kvFp16Bytes: 106 * MiB, kvHeldBytes: 20.5 * MiB }));
     await page.waitForFunction(() => document.querySelector('[data-testid="stat-held-bytes"]')?.textContent === "20.5 MiB");
     expect(await text(app, "stat-fp16-bytes")).toBe("106 MiB");
     expect(await text(app, "stat-ratio")).toBe("5.17×");
-    expect(await text(app, "residual-text")).toBe("128 / 160 tokens in full precision");
-    expect(await page.getAttribute(tid("residual-meter"), "aria-valuenow")).toBe("80");
+    expect(await text(app, "residual-text")).toBe("128 / 159 tokens in full precision");
+    expect(await text(app, "residual-flush")).toBe("31 more before the next flush");
+    expect(await page.getAttribute(tid("residual-meter"), "aria-valuenow")).toBe("81");
     expect(Number(await page.getAttribute(tid("kv-chart"), "data-samples"))).toBe(samples0 + 1);
     expect(await page.getAttribute(tid("kv-chart"), "aria-label")).toMatch(/20.5 MiB held, 106 MiB in fp16, ratio 5.17×/);
 
@@ -102,7 +108,7 @@ describe("live panel", () => {
     await page.evaluate(() => {
       window.__kiviMock.autoStats = false;
     });
-    const fp16 = { mode: "fp16" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128 };
+    const fp16 = { mode: "fp16" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128, sinks: 4 as const, rotation: true };
     await page.evaluate(
       (s) => window.__kiviMock.emit("stats", s),
       snapshot(Date.now() + 10_000, { cache: fp16, quantizedTokens: 0, residualTokens: 1000, residualCapacity: 0, tokensUntilFlush: null, kvFp16Bytes: 100 * MiB, kvHeldBytes: 100 * MiB }),
@@ -111,6 +117,70 @@ describe("live panel", () => {
     expect(await text(app, "residual-text")).toMatch(/Full precision/);
     expect(await text(app, "stat-ratio")).toBe("1.00×");
     expect(await text(app, "stat-cache-config")).toBe("Full precision");
+    // fp16 ignores KIVI+'s sinks: no sinks segment.
+    expect(await page.locator(tid("stat-sinks")).count()).toBe(0);
+  });
+
+  it("shows KIVI+ sinks as their own segment beside the window, with the engine's figures", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    const t0 = Date.now() + 10_000;
+    const plus = { mode: "kivi" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128, sinks: 4 as const, rotation: true };
+    // The engine after 1000 tokens with 4 sinks: 864 quantized after them, 132 in the window.
+    await page.evaluate(
+      (s) => window.__kiviMock.emit("stats", s),
+      snapshot(t0, { cache: plus, quantizedTokens: 864, sinkTokens: 4, residualTokens: 132, residualCapacity: 159, tokensUntilFlush: 27 }),
+    );
+    await page.waitForFunction(() => document.querySelector('[data-testid="residual-sinks"]')?.textContent === "4 sinks");
+    expect(await text(app, "stat-cache-config")).toBe("KIVI K2 V2 · G32 · R128 · S4 · rotated");
+    expect(await text(app, "residual-text")).toBe("132 / 159 tokens in full precision");
+    expect(await text(app, "residual-flush")).toBe("27 more before the next flush");
+    expect(await text(app, "stat-quantized")).toBe("864 quantized");
+    expect(await text(app, "stat-sinks")).toBe("4 sinks");
+    expect(await text(app, "stat-window")).toBe("132 full precision");
+    expect(await text(app, "stat-tokens")).toBe("1,000 / 8,192 tokens");
+
+    // A full window: the next token flushes.
+    await page.evaluate(
+      (s) => window.__kiviMock.emit("stats", s),
+      snapshot(t0 + 200, { cache: plus, tokens: 1027, quantizedTokens: 864, sinkTokens: 4, residualTokens: 159, residualCapacity: 159, tokensUntilFlush: 0 }),
+    );
+    await page.waitForFunction(() => document.querySelector('[data-testid="residual-flush"]')?.textContent === "the next token flushes");
+    expect(await text(app, "residual-text")).toBe("159 / 159 tokens in full precision");
+  });
+
+  it("shows the mock back end's sinks after saving KIVI+ settings and answering", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.tokenDelayMs = 5;
+    });
+    await page.click(tid("nav-settings"));
+    await page.click(tid("sinks-16"));
+    await page.click(tid("rotation"));
+    await page.click(tid("settings-save"));
+    await page.waitForFunction(() => window.__kiviMock.settings().cache.sinks === 16);
+    await page.click(tid("nav-chat"));
+    await page.fill(tid("composer-input"), "Go");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.querySelector('[data-testid="message-assistant"]')?.getAttribute("data-status") === "complete", undefined, { timeout: 30_000 });
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-sinks"]')?.textContent === "16 sinks");
+    // What the panel shows is what the back end sent, as it is.
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    const snap = await page.evaluate(() => window.__kiviMock.snapshot());
+    await page.evaluate((s) => window.__kiviMock.emit("stats", { ...s, timestampMs: Date.now() + 10_000 }), snap);
+    await page.waitForFunction((q) => document.querySelector('[data-testid="stat-quantized"]')?.textContent === q, `${snap.quantizedTokens.toLocaleString("en-US")} quantized`);
+    expect(snap.sinkTokens).toBe(16);
+    expect(snap.residualCapacity).toBe(128 + 32 - 1);
+    expect(snap.quantizedTokens + snap.sinkTokens + snap.residualTokens).toBe(snap.tokens);
+    expect(await text(app, "residual-sinks")).toBe("16 sinks");
+    expect(await text(app, "residual-text")).toBe(`${snap.residualTokens} / 159 tokens in full precision`);
+    expect(await text(app, "stat-cache-config")).toMatch(/· S16 · rotated/);
   });
 
   it("stays responsive under a burst of events and shows the latest one", async () => {

@@ -59,7 +59,7 @@ describe("settings", () => {
     await page.click(tid("settings-save"));
     await page.locator(tid("toast-info")).waitFor();
     let saved = await page.evaluate(() => window.__kiviMock.settings());
-    expect(saved.cache).toEqual({ mode: "kivi", kBits: 4, vBits: 2, groupSize: 64, residualLength: 192 });
+    expect(saved.cache).toEqual({ mode: "kivi", kBits: 4, vBits: 2, groupSize: 64, residualLength: 192, sinks: 0, rotation: false });
 
     await page.click(tid("cache-mode-fp16"));
     await expect(page.locator(tid("kbits-2")).isDisabled()).resolves.toBe(true);
@@ -67,6 +67,64 @@ describe("settings", () => {
     await page.waitForFunction(() => window.__kiviMock.settings().cache.mode === "fp16");
     saved = await page.evaluate(() => window.__kiviMock.settings());
     expect(saved.cache.mode).toBe("fp16");
+  });
+
+  it("offers KIVI+ sink tokens and Hadamard rotation; saving them resets the caches", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    const cache = page.locator(tid("settings-cache"));
+    // Both controls, off by default, each with its one-line explanation.
+    for (const n of ["0", "4", "16"]) await page.locator(tid(`sinks-${n}`)).waitFor();
+    expect(await page.getAttribute(tid("sinks-0"), "aria-checked")).toBe("true");
+    expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("false");
+    expect(await page.getAttribute(tid("rotation"), "role")).toBe("switch");
+    expect(await cache.textContent()).toContain("Keep the first tokens of the conversation in full precision: they attract attention from every later token.");
+    expect(await cache.textContent()).toContain("Store keys and values in a rotated basis: 2-bit caches lose far less");
+    expect(await page.locator(tid("cache-change-notice")).count()).toBe(0);
+
+    // Sinks alone are a cache change: the notice says so before saving.
+    await page.click(tid("sinks-4"));
+    expect(await page.getAttribute(tid("sinks-4"), "aria-checked")).toBe("true");
+    const notice = page.locator(tid("cache-change-notice"));
+    await notice.waitFor();
+    expect(await notice.textContent()).toMatch(/new KV cache.*re-read \(prefilled\) with KIVI K2 V2 · G32 · R128 · S4 on your next message/);
+    expect(await page.locator(tid("settings-save")).textContent()).toBe("Save and reset caches");
+    // Back to none: no change, no notice.
+    await page.click(tid("sinks-0"));
+    await page.waitForSelector(tid("cache-change-notice"), { state: "detached" });
+
+    // Rotation alone is a cache change too.
+    await page.click(tid("rotation"));
+    expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("true");
+    expect(await page.locator(tid("rotation-state")).textContent()).toBe("On");
+    await notice.waitFor();
+    expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · rotated/);
+
+    await page.click(tid("sinks-16"));
+    expect(await page.locator(".cache-pill").textContent()).toBe("KIVI K2 V2 · G32 · R128 · S16 · rotated");
+    await page.click(tid("settings-save"));
+    await page.locator(tid("toast-info")).waitFor();
+    expect(await page.locator(tid("toast-info")).textContent()).toMatch(/caches reset/);
+    const update = (await mockCalls(page)).filter((c) => c.cmd === "update_settings").pop();
+    expect((update?.args.settings as { cache: unknown }).cache).toEqual({ mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 16, rotation: true });
+    let saved = await page.evaluate(() => window.__kiviMock.settings());
+    expect([saved.cache.sinks, saved.cache.rotation]).toEqual([16, true]);
+    await page.waitForSelector(tid("cache-change-notice"), { state: "detached" });
+
+    // fp16 ignores them: both are disabled, like the bits, and keep their values.
+    await page.click(tid("cache-mode-fp16"));
+    for (const id of ["sinks-0", "sinks-4", "sinks-16", "rotation", "kbits-2"]) {
+      await expect(page.locator(tid(id)).isDisabled(), id).resolves.toBe(true);
+    }
+    expect(await page.getAttribute(tid("sinks-16"), "aria-checked")).toBe("true");
+    await page.click(tid("settings-save"));
+    await page.waitForFunction(() => window.__kiviMock.settings().cache.mode === "fp16");
+    saved = await page.evaluate(() => window.__kiviMock.settings());
+    expect([saved.cache.sinks, saved.cache.rotation]).toEqual([16, true]);
+    await page.click(tid("cache-mode-kivi"));
+    await expect(page.locator(tid("rotation")).isDisabled()).resolves.toBe(false);
+    expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("true");
   });
 
   it("switches the backend: the model loads again and the panel names the new one", async () => {

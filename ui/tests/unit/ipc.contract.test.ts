@@ -4,6 +4,10 @@
  */
 /** @vitest-environment jsdom */
 import ipcMd from "../../IPC.md?raw";
+import typesTs from "../../src/api/types.ts?raw";
+import { readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
 import { chats, documents, messages, models, server, settings, stats, system, ApiError, toApiError, EVENT_NAMES } from "../../src/api";
@@ -30,8 +34,30 @@ function documentedEvents(): string[] {
   return [...section.matchAll(/^\| `([a-z-]+)` \|/gm)].map((m) => m[1]!);
 }
 
+/** The Rust back end's source file `path` (relative to src-tauri/src). */
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../..");
+const rust = (path: string) => readFileSync(join(REPO, "src-tauri", "src", path), "utf8");
+
+/** The body of `head {` ... up to the first line that is just `}`. */
+function block(text: string, head: RegExp, what: string): string {
+  const m = head.exec(text);
+  if (!m) throw new Error(`${what} not found`);
+  const rest = text.slice(m.index + m[0].length);
+  return rest.slice(0, rest.search(/^}/m));
+}
+
+/** Field names of `interface name { ... }` in TypeScript (types.ts or IPC.md's listings). */
+const tsFields = (text: string, name: string) =>
+  [...block(text, new RegExp(`interface ${name}(?: extends \\w+)? \\{`), `interface ${name}`).matchAll(/^ {2}(\w+)\??:/gm)].map((m) => m[1]!);
+
+/** Field names of `pub struct name { ... }` in Rust, as serde's `rename_all = "camelCase"` writes them. */
+const rustFields = (text: string, name: string) =>
+  [...block(text, new RegExp(`pub struct ${name} \\{`), `struct ${name}`).matchAll(/^ {4}pub (\w+):/gm)].map((m) =>
+    m[1]!.replace(/_([a-z0-9])/g, (_, c: string) => c.toUpperCase()),
+  );
+
 const SETTINGS: Settings = {
-  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128 },
+  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 512, seed: null },
   backend: "auto",
@@ -116,6 +142,43 @@ describe("IPC contract", () => {
     await boot();
     expect(store.get().booted).toBe(true);
     for (const e of EVENT_NAMES) expect(listened.has(e), e).toBe(true);
+  });
+});
+
+describe("the types on both sides", () => {
+  // Each IPC type: its TypeScript interface, the Rust struct that serializes it, where that lives.
+  const pairs: [ts: string, rustName: string, file: string][] = [
+    ["CacheConfig", "CacheSettings", "store/types.rs"],
+    ["SamplingSettings", "SamplingSettings", "store/types.rs"],
+    ["Settings", "Settings", "store/types.rs"],
+    ["GenerationStats", "GenerationStats", "store/types.rs"],
+    ["ChatCacheInfo", "ChatCacheInfo", "store/types.rs"],
+    ["StatsSnapshot", "StatsSnapshot", "types.rs"],
+  ];
+  for (const [ts, rustName, file] of pairs) {
+    it(`${ts}: the same fields in types.ts, IPC.md and Rust's ${rustName}`, () => {
+      const fields = tsFields(typesTs, ts);
+      expect(fields.length).toBeGreaterThan(1);
+      expect(tsFields(ipcMd, ts), "IPC.md").toEqual(fields);
+      expect(rustFields(rust(file), rustName), `src-tauri/src/${file}`).toEqual(fields);
+    });
+  }
+
+  it("the KIVI+ fields are in the contract", () => {
+    expect(tsFields(typesTs, "CacheConfig")).toEqual(expect.arrayContaining(["sinks", "rotation"]));
+    expect(tsFields(typesTs, "StatsSnapshot")).toEqual(expect.arrayContaining(["sinkTokens", "residualCapacity", "tokensUntilFlush"]));
+    // Settings saved before KIVI+ lack them: Rust must read them as off.
+    const cache = block(rust("store/types.rs"), /pub struct CacheSettings \{/, "CacheSettings");
+    expect(cache).toMatch(/#\[serde\(default\)\]\s*pub sinks: u32/);
+    expect(cache).toMatch(/#\[serde\(default\)\]\s*pub rotation: bool/);
+  });
+
+  it("the validation rules name the same fields and say the same thing", () => {
+    const settingsRs = rust("store/settings.rs");
+    const rustRules = [...settingsRs.matchAll(/"(cache\.\w+|contextLength|sampling\.\w+)"/g)].map((m) => m[1]!);
+    expect(rustRules).toContain("cache.sinks");
+    expect(settingsRs).toContain(`"Sink tokens must be 0, 4 or 16."`);
+    expect(ipcMd).toMatch(/\| `cache\.sinks` \| 0, 4 or 16 \|/);
   });
 });
 

@@ -3,7 +3,7 @@ import type { Settings } from "../../src/api/types";
 import { isValid, parseNumberInput, parseRepoId, validatePort, validateSettings } from "../../src/lib/validate";
 
 const base = (): Settings => ({
-  cache: { mode: "kivi", kBits: 2, vBits: 4, groupSize: 32, residualLength: 128 },
+  cache: { mode: "kivi", kBits: 2, vBits: 4, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
@@ -57,6 +57,19 @@ describe("validateSettings", () => {
     expect(validateSettings(withCache({ residualLength: Number.NaN }))["cache.residualLength"]).toBeDefined();
     const big = { ...withCache({ residualLength: 1024 }), contextLength: 1024 };
     expect(validateSettings(big)["cache.residualLength"]).toMatch(/smaller than the context/);
+  });
+
+  it("allows 0, 4 or 16 sink tokens, with the same message as the back end", () => {
+    for (const n of [0, 4, 16] as const) {
+      expect(validateSettings(withCache({ sinks: n }))).toEqual({});
+      expect(validateSettings(withCache({ sinks: n, rotation: true }))).toEqual({});
+    }
+    for (const n of [1, 2, 3, 5, 8, 32, 128, -4, 4.5, Number.NaN]) {
+      expect(validateSettings(withCache({ sinks: n as 4 }))["cache.sinks"]).toBe("Sink tokens must be 0, 4 or 16.");
+    }
+    // Kept and checked in fp16 mode too, like the bits.
+    expect(validateSettings(withCache({ mode: "fp16", sinks: 16, rotation: true }))).toEqual({});
+    expect(validateSettings(withCache({ mode: "fp16", sinks: 5 as 4 }))["cache.sinks"]).toBeDefined();
   });
 
   it("checks the context length range", () => {
