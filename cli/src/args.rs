@@ -3,23 +3,14 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use kivi_engine::backend::Backend;
-use kivi_engine::cache::{CacheConfig, KiviConfig};
+use kivi_engine::cache::{CacheConfig, RECOMMENDED};
 use kivi_engine::sampling::SamplingParams;
 use kivi_engine::session::{Document, EngineOptions, ModelSource};
 
 /// The offline model the project's set-up fetches, relative to the repository root.
 const DEFAULT_MODEL: &str = ".data/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// KV cache kinds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum KvKind {
-    /// Full precision.
-    Full,
-    /// KIVI quantization.
-    Kivi,
-}
 
 /// Which model to run and how.
 #[derive(Debug, Args)]
@@ -36,38 +27,16 @@ pub struct ModelArgs {
     /// Context window in tokens (default: the model's).
     #[arg(long)]
     pub context: Option<usize>,
-    /// KV cache kind.
-    #[arg(long, value_enum, default_value_t = KvKind::Full)]
-    pub kv: KvKind,
-    /// KIVI key bits (2 or 4).
-    #[arg(long, default_value_t = 2)]
-    pub k_bits: u32,
-    /// KIVI value bits (2 or 4).
-    #[arg(long, default_value_t = 2)]
-    pub v_bits: u32,
-    /// KIVI group size.
-    #[arg(long, default_value_t = 32)]
-    pub group: usize,
-    /// KIVI full-precision residual window (a multiple of --group).
-    #[arg(long, default_value_t = 128)]
-    pub residual: usize,
+    /// KV cache: `full`, or a KIVI name `k<2|4>v<2|4>[-g<group>][-r<residual>][-s<sinks>]
+    /// [-rot|-rotk|-rotv]`, e.g. `k4v4-g32-r128` or `k2v2-g32-r128-s4-rot`.
+    #[arg(long, default_value = RECOMMENDED)]
+    pub cache: CacheConfig,
     /// Prompt tokens per prefill step.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
 }
 
 impl ModelArgs {
-    /// The cache the flags describe.
-    pub fn cache(&self) -> Result<CacheConfig> {
-        Ok(match self.kv {
-            KvKind::Full => CacheConfig::Full,
-            KvKind::Kivi => CacheConfig::Kivi(
-                KiviConfig::new(self.k_bits, self.v_bits, self.group, self.residual)
-                    .context("invalid KIVI settings")?,
-            ),
-        })
-    }
-
     /// The backend the flags (or `KIVI_BACKEND`, or the platform) choose.
     pub fn backend(&self) -> Result<Backend> {
         chosen(self.backend)
@@ -81,7 +50,7 @@ impl ModelArgs {
         if hub {
             options.download_progress = crate::download::progress_bar();
         }
-        options.cache = self.cache()?;
+        options.cache = self.cache;
         options.context_length = self.context;
         options.prefill_chunk = self.prefill_chunk;
         options.backend = Some(self.backend()?);

@@ -40,7 +40,7 @@ pub async fn run(args: ChatArgs) -> Result<()> {
         engine.info().quantization,
         engine.info().backend,
         engine.context_length(),
-        args.model.cache()?
+        args.model.cache
     );
     for doc in &documents {
         let tokens = engine.count_tokens(doc.text.clone()).await?;

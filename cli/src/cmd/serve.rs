@@ -87,7 +87,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         engine.info().quantization,
         engine.info().backend,
         engine.context_length(),
-        args.model.cache()?,
+        args.model.cache,
         config.queue_capacity,
         if config.token.is_some() {
             "API key required"

@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kivi_engine::backend::Backend;
+use kivi_engine::cache::CacheConfig;
 use kivi_engine::loader::{load_local, LoadedModel};
 use kivi_engine::session::ModelSource;
 
-use crate::args::{chosen, KvKind, ModelArgs};
+use crate::args::{chosen, ModelArgs};
 
 /// The model to measure. Only local models: a measurement must not start with a download.
 #[derive(Debug, Clone, Args)]
@@ -32,11 +33,7 @@ impl EvalModelArgs {
             model: self.model.clone(),
             backend: self.backend,
             context: None,
-            kv: KvKind::Full,
-            k_bits: 2,
-            v_bits: 2,
-            group: 32,
-            residual: 128,
+            cache: CacheConfig::Full,
             prefill_chunk: 256,
         };
         match resolver.engine_options()?.source {

@@ -258,6 +258,12 @@ impl KiviConfig {
     }
 }
 
+/// The cache the app and `kivi` use unless told otherwise: the fewest bits whose
+/// perplexity cost on Moby-Dick stays within 5% of full precision and whose needle answers
+/// match full precision's within noise (docs/benchmarks.md, "KIVI+"): 2-bit keys and
+/// values with four sinks and both rotated.
+pub const RECOMMENDED: &str = "k2v2-g32-r128-s4-rot";
+
 /// Which KV cache the engine runs with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -299,6 +305,15 @@ impl fmt::Display for KiviConfig {
             f.write_str("-per-token")?;
         }
         Ok(())
+    }
+}
+
+impl CacheConfig {
+    /// [`RECOMMENDED`].
+    pub fn recommended() -> Self {
+        RECOMMENDED
+            .parse()
+            .expect("the recommended cache's name parses")
     }
 }
 

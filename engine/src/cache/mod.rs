@@ -17,7 +17,7 @@ mod full;
 mod kivi;
 mod make;
 
-pub use config::{CacheConfig, ConfigError, KiviConfig};
+pub use config::{CacheConfig, ConfigError, KiviConfig, RECOMMENDED};
 pub use full::FullCache;
 pub use kivi::{KiviBytes, KiviCache};
 pub use kivi_kernels::{KeyAxis, Rotation};
