@@ -152,7 +152,11 @@ mod tests {
 
     #[test]
     fn settings_map_to_engine_caches() {
-        let mut s = CacheSettings::default();
+        let mut s = CacheSettings {
+            sinks: 0,
+            rotation: false,
+            ..CacheSettings::default()
+        };
         assert_eq!(engine_cache(&s).to_string(), "k2v2-g32-r128");
         s.k_bits = 4;
         s.group_size = 64;
@@ -190,6 +194,7 @@ mod tests {
         assert_eq!(
             engine_cache(&CacheSettings {
                 sinks: 16,
+                rotation: false,
                 ..CacheSettings::default()
             })
             .to_string(),

@@ -27,9 +27,11 @@ const ACTIVE_MODEL_KEY: &str = "activeModelId";
 pub const SINK_CHOICES: [u32; 3] = [0, 4, 16];
 
 impl Default for CacheSettings {
-    /// KIVI, K2 V2, G 32, R 128 (the paper's defaults), without KIVI+'s sinks and rotation.
+    /// The engine's recommended cache ([`kivi_engine::cache::RECOMMENDED`]: KIVI K2 V2,
+    /// G 32, R 128 with KIVI+'s four sinks and rotation), so that the app and `kivi` start
+    /// from the same one.
     fn default() -> Self {
-        CacheSettings {
+        let plain = CacheSettings {
             mode: CacheMode::Kivi,
             k_bits: 2,
             v_bits: 2,
@@ -37,6 +39,21 @@ impl Default for CacheSettings {
             residual_length: 128,
             sinks: 0,
             rotation: false,
+        };
+        match kivi_engine::cache::CacheConfig::recommended() {
+            kivi_engine::cache::CacheConfig::Kivi(k) => CacheSettings {
+                mode: CacheMode::Kivi,
+                k_bits: k.key_bits() as u8,
+                v_bits: k.value_bits() as u8,
+                group_size: k.group_size() as u32,
+                residual_length: k.residual_length() as u32,
+                sinks: k.sinks() as u32,
+                rotation: k.rotation() == kivi_engine::cache::Rotation::Both,
+            },
+            kivi_engine::cache::CacheConfig::Full => CacheSettings {
+                mode: CacheMode::Fp16,
+                ..plain
+            },
         }
     }
 }
@@ -287,7 +304,7 @@ mod tests {
         // f32 fields print as the UI typed them (`to_string`, as Tauri sends them).
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
-            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128,"sinks":0,"rotation":false},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
+            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":true},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
         );
         assert!(s.validate().is_ok());
         assert_eq!(Settings::defaults_for_model(None), s);
@@ -445,9 +462,17 @@ mod tests {
         );
     }
 
+    /// Plain KIVI settings (the defaults without KIVI+).
+    fn plain() -> Settings {
+        let mut s = Settings::default();
+        s.cache.sinks = 0;
+        s.cache.rotation = false;
+        s
+    }
+
     #[test]
     fn cache_reset_follows_the_rules() {
-        let kivi = Settings::default();
+        let kivi = plain();
         let mut other = kivi;
         other.sampling.temperature = 0.1;
         assert!(!kivi.cache_reset_needed(&other));
@@ -486,9 +511,14 @@ mod tests {
     }
 
     #[test]
-    fn kivi_plus_fields_default_to_off_and_read_when_absent() {
+    fn kivi_plus_fields_default_to_the_recommended_cache_and_read_as_off_when_absent() {
+        // New settings start from the engine's recommended cache.
         let c = CacheSettings::default();
-        assert_eq!((c.sinks, c.rotation), (0, false));
+        assert_eq!((c.sinks, c.rotation), (4, true));
+        assert_eq!(
+            crate::chat_cache::engine_cache(&c).to_string(),
+            kivi_engine::cache::RECOMMENDED
+        );
         // Settings saved by builds before KIVI+ have neither field.
         let old = json!({
             "cache": {"mode": "kivi", "kBits": 4, "vBits": 2, "groupSize": 64, "residualLength": 128},

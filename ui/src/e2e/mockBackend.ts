@@ -67,12 +67,14 @@ const newId = (prefix: string) => `${prefix}-${++seq}`;
 const now = () => Date.now();
 
 const DEFAULT_SETTINGS: Settings = {
-  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
+  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 4, rotation: true },
   contextLength: 32768,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
 };
-let settings: Settings = structuredClone(DEFAULT_SETTINGS);
+// The saved settings start as a user's from before KIVI+ (plain KIVI), so that the tests
+// see the KIVI+ controls change something.
+let settings: Settings = { ...structuredClone(DEFAULT_SETTINGS), cache: { ...DEFAULT_SETTINGS.cache, sinks: 0, rotation: false } };
 
 /** The backend the mock runs on: what `auto` resolves to on this (Linux) machine. */
 const backendOf = (choice: string) => (choice === "auto" ? "host" : choice);
