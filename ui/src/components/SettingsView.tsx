@@ -358,7 +358,7 @@ export function SettingsView() {
             </Field>
             <Field
               label="Hadamard rotation"
-              hint="Store keys and values in a rotated basis: 2-bit caches lose far less (about +4% perplexity instead of +24% on SmolLM2 with both)."
+              hint="Store keys and values in a rotated basis that spreads outlier channels. With 4 sink tokens, a 2-bit cache costs SmolLM2 +3.9% perplexity instead of +24%."
             >
               <Switch
                 checked={draft.rotation}
