@@ -528,6 +528,10 @@ async fn cache_settings_changes_drop_caches_and_change_the_bytes() {
     let h = harness();
     h.ready().await;
     let mut s = h.quick_settings(4).await;
+    // From K2 V2, so that K4 V4 below holds more bytes per token.
+    s.cache.k_bits = 2;
+    s.cache.v_bits = 2;
+    s = settings::update(&h.app, s).await.unwrap().settings;
     let chat = chats::create(&h.app, None, None).await.unwrap();
     documents::attach(&h.app, chat.id.clone(), chapter().display().to_string())
         .await

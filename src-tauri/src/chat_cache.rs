@@ -152,11 +152,16 @@ mod tests {
 
     #[test]
     fn settings_map_to_engine_caches() {
-        let mut s = CacheSettings {
+        let plain_k2v2 = CacheSettings {
+            k_bits: 2,
+            v_bits: 2,
+            group_size: 32,
+            residual_length: 128,
             sinks: 0,
             rotation: false,
             ..CacheSettings::default()
         };
+        let mut s = plain_k2v2;
         assert_eq!(engine_cache(&s).to_string(), "k2v2-g32-r128");
         s.k_bits = 4;
         s.group_size = 64;
@@ -167,12 +172,12 @@ mod tests {
         assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4");
         s.rotation = true;
         assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4-rot");
-        let defaults_plus = CacheSettings {
+        let k2v2_plus = CacheSettings {
             sinks: 4,
             rotation: true,
-            ..CacheSettings::default()
+            ..plain_k2v2
         };
-        let engine = engine_cache(&defaults_plus);
+        let engine = engine_cache(&k2v2_plus);
         assert_eq!(engine.to_string(), "k2v2-g32-r128-s4-rot");
         assert_eq!(
             engine,
@@ -185,7 +190,7 @@ mod tests {
         let rotated_only = CacheSettings {
             rotation: true,
             sinks: 16,
-            ..CacheSettings::default()
+            ..plain_k2v2
         };
         assert_eq!(
             engine_cache(&rotated_only).to_string(),
@@ -195,7 +200,7 @@ mod tests {
             engine_cache(&CacheSettings {
                 sinks: 16,
                 rotation: false,
-                ..CacheSettings::default()
+                ..plain_k2v2
             })
             .to_string(),
             "k2v2-g32-r128-s16"

@@ -260,9 +260,10 @@ impl KiviConfig {
 
 /// The cache the app and `kivi` use unless told otherwise: the fewest bits whose
 /// perplexity cost on Moby-Dick stays within 5% of full precision and whose needle answers
-/// match full precision's within noise (docs/benchmarks.md, "KIVI+"): 2-bit keys and
-/// values with four sinks and both rotated.
-pub const RECOMMENDED: &str = "k2v2-g32-r128-s4-rot";
+/// match full precision's within noise (docs/benchmarks.md, "KIVI+"): 4-bit keys and
+/// 2-bit values with four sinks and both rotated (+0.17% perplexity, 17 of 20 needles as
+/// full precision; 2-bit keys with the same additions cost +3.9% but lose 5 needles).
+pub const RECOMMENDED: &str = "k4v2-g32-r128-s4-rot";
 
 /// Which KV cache the engine runs with.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

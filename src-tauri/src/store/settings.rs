@@ -27,7 +27,7 @@ const ACTIVE_MODEL_KEY: &str = "activeModelId";
 pub const SINK_CHOICES: [u32; 3] = [0, 4, 16];
 
 impl Default for CacheSettings {
-    /// The engine's recommended cache ([`kivi_engine::cache::RECOMMENDED`]: KIVI K2 V2,
+    /// The engine's recommended cache ([`kivi_engine::cache::RECOMMENDED`]: KIVI K4 V2,
     /// G 32, R 128 with KIVI+'s four sinks and rotation), so that the app and `kivi` start
     /// from the same one.
     fn default() -> Self {
@@ -304,7 +304,7 @@ mod tests {
         // f32 fields print as the UI typed them (`to_string`, as Tauri sends them).
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
-            r#"{"cache":{"mode":"kivi","kBits":2,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":true},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
+            r#"{"cache":{"mode":"kivi","kBits":4,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":true},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
         );
         assert!(s.validate().is_ok());
         assert_eq!(Settings::defaults_for_model(None), s);

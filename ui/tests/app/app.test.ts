@@ -5,7 +5,7 @@
  * open dialog through KIVI_TEST_PICK_FILES (WebDriver cannot reach native dialogs).
  *
  * One conversation is followed through: a streamed answer, a document read into the cache with
- * visible progress, the K/V bits changed in the settings pane (the live panel's bytes change),
+ * visible progress, the value bits changed in the settings pane (the live panel's bytes change),
  * and a restart that finds the chat again.
  */
 import { mkdirSync } from "node:fs";
@@ -150,9 +150,9 @@ describe("KIVI Chat, the real app", () => {
     await setNumber(b, "maxtokens-input", "24");
     await setNumber(b, "temperature-input", "0");
     await saveSettings(b);
-    const saved = await invoke<{ sampling: { maxTokens: number }; cache: { kBits: number } }>(b, "get_settings");
+    const saved = await invoke<{ sampling: { maxTokens: number }; cache: { kBits: number; vBits: number } }>(b, "get_settings");
     expect(saved.sampling.maxTokens).toBe(24);
-    expect(saved.cache.kBits).toBe(2);
+    expect([saved.cache.kBits, saved.cache.vBits]).toEqual([4, 2]);
 
     // A streamed answer from the offline model.
     await openView(b, "chat");
@@ -192,21 +192,20 @@ describe("KIVI Chat, the real app", () => {
     expect(sawProgress).toBe(true);
     expect(progressText).toMatch(/tokens/);
 
-    // A question about it: the panel shows the K2 V2 cache's bytes.
+    // A question about it: the panel shows the default K4 V2 cache's bytes.
     await ask(b, "Which whales does the chapter mention?");
     await b.$(sel("live-panel")).waitForDisplayed({ timeout: 30_000 });
     await b.waitUntil(async () => (await panelBytes(b)).held > 0, { timeout: 30_000 });
-    const k2 = await panelBytes(b);
-    expect(await text(b, "stat-cache-config")).toMatch(/K2\s*V2/);
+    const k4v2 = await panelBytes(b);
+    expect(await text(b, "stat-cache-config")).toMatch(/K4\s*V2/);
     await shot(b, "panel");
 
     // K4 V4 in the settings pane: every cache is dropped...
     await openView(b, "settings");
-    await b.$(sel("kbits-4")).click();
     await b.$(sel("vbits-4")).click();
     await shot(b, "settings");
     await saveSettings(b);
-    await b.waitUntil(async () => (await invoke<{ cache: { kBits: number } }>(b, "get_settings")).cache.kBits === 4, { timeout: 30_000 });
+    await b.waitUntil(async () => (await invoke<{ cache: { vBits: number } }>(b, "get_settings")).cache.vBits === 4, { timeout: 30_000 });
     await openView(b, "chat");
     await b.waitUntil(async () => (await panelBytes(b)).held === 0, { timeout: 30_000, timeoutMsg: "the panel still shows the old cache" });
 
@@ -215,8 +214,8 @@ describe("KIVI Chat, the real app", () => {
     await b.waitUntil(async () => (await panelBytes(b)).held > 0, { timeout: 30_000 });
     const k4 = await panelBytes(b);
     expect(await text(b, "stat-cache-config")).toMatch(/K4\s*V4/);
-    console.log(`panel: K2V2 held ${k2.held} of ${k2.fp16} fp16 bytes; K4V4 held ${k4.held} of ${k4.fp16}`);
-    expect(k4.held / k4.fp16).toBeGreaterThan(k2.held / k2.fp16);
+    console.log(`panel: K4V2 held ${k4v2.held} of ${k4v2.fp16} fp16 bytes; K4V4 held ${k4.held} of ${k4.fp16}`);
+    expect(k4.held / k4.fp16).toBeGreaterThan(k4v2.held / k4v2.fp16);
     await shot(b, "panel-k4v4");
     await close();
   });

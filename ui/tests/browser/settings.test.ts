@@ -80,7 +80,7 @@ describe("settings", () => {
     expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("false");
     expect(await page.getAttribute(tid("rotation"), "role")).toBe("switch");
     expect(await cache.textContent()).toContain("Keep the first tokens of the conversation in full precision: they attract attention from every later token.");
-    expect(await cache.textContent()).toContain("Store keys and values in a rotated basis: 2-bit caches lose far less");
+    expect(await cache.textContent()).toContain("Store keys and values in a rotated basis that spreads outlier channels");
     expect(await page.locator(tid("cache-change-notice")).count()).toBe(0);
 
     // Sinks alone are a cache change: the notice says so before saving.
