@@ -5,7 +5,8 @@
 #
 #   scripts/e2e-app.sh            (after `cd ui && npm run build` and `cargo build -p kivi-chat`)
 #
-# KIVI_APP overrides the binary (default: $CARGO_TARGET_DIR or target, then debug/kivi-chat).
+# KIVI_APP overrides the binary (default: $CARGO_TARGET_DIR or target, then debug/kivi-chat);
+# KIVI_E2E_SPEC the test file (default tests/app/app.test.ts).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,7 +20,14 @@ command -v WebKitWebDriver >/dev/null || { echo "e2e-app: WebKitWebDriver is mis
 
 mkdir -p artifacts/screenshots
 work=$(mktemp -d)
-export KIVI_MODEL=${KIVI_MODEL:-$ROOT/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+# KIVI_E2E_BUILTIN=none: no built-in model, as an installed app without it starts (the
+# package test adds the model through the app itself).
+if [ "${KIVI_E2E_BUILTIN:-}" = none ]; then
+  unset KIVI_MODEL
+  export KIVI_TEST_PICK_MODEL=${KIVI_TEST_PICK_MODEL:-$ROOT/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+else
+  export KIVI_MODEL=${KIVI_MODEL:-$ROOT/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+fi
 export KIVI_DATA_DIR=$work/data HF_HOME=$work/huggingface
 # WebDriver cannot reach the native open dialog: the app answers it with this file.
 export KIVI_TEST_PICK_FILES=${KIVI_TEST_PICK_FILES:-$ROOT/.data/texts/moby-dick/chapter_107.txt}
@@ -62,4 +70,4 @@ done
 
 echo "e2e-app: $APP on $DISPLAY, tauri-driver on port $port, data in $work"
 (cd ui && KIVI_APP="$APP" TAURI_DRIVER_PORT="$port" KIVI_SCREENSHOTS="$ROOT/artifacts/screenshots" \
-  npx vitest run -c vitest.app.config.ts)
+  npx vitest run -c vitest.app.config.ts "${KIVI_E2E_SPEC:-tests/app/app.test.ts}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the test suite. `make test` runs every stage after set-up; a stage can be run alone:
-#   scripts/test.sh [setup] [shell] [lint] [rust] [mac] [fuzz] [ui] [app]
+#   scripts/test.sh [setup] [shell] [lint] [rust] [mac] [fuzz] [ui] [app] [package]
 # Artifacts (screenshots, logs) land in artifacts/.
 set -euo pipefail
 
@@ -75,6 +75,12 @@ stage_app() {
   scripts/e2e-app.sh
 }
 
+stage_package() {
+  stage "package: the .deb installed, started with no built-in model, a model added, an answer"
+  [ -x target/debug/kivi-chat ] || { (cd ui && npm run build); cargo build -p kivi-chat; }
+  scripts/e2e-package.sh
+}
+
 if [ $# -gt 0 ]; then
   stages=("$@")
 elif [ "$(uname -s)" = Darwin ]; then
@@ -82,7 +88,7 @@ elif [ "$(uname -s)" = Darwin ]; then
   stages=(setup shell lint rust mac fuzz ui)
   echo "test: macOS: the app stage (WebDriver end-to-end) runs on Linux only" >&2
 else
-  stages=(setup shell lint rust mac fuzz ui app)
+  stages=(setup shell lint rust mac fuzz ui app package)
 fi
 for s in "${stages[@]}"; do
   case "$s" in
@@ -94,7 +100,8 @@ for s in "${stages[@]}"; do
     fuzz) stage_fuzz ;;
     ui) stage_ui ;;
     app) stage_app ;;
-    *) echo "unknown stage '$s' (setup shell lint rust mac fuzz ui app)" >&2; exit 2 ;;
+    package) stage_package ;;
+    *) echo "unknown stage '$s' (setup shell lint rust mac fuzz ui app package)" >&2; exit 2 ;;
   esac
 done
 stage "all requested stages passed: ${stages[*]}"

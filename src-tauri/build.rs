@@ -32,6 +32,7 @@ const COMMANDS: &[&str] = &[
     "delete_model",
     "set_active_model",
     "get_model_status",
+    "add_local_model",
     "get_hub_token_status",
     "set_hub_token",
     "get_stats",

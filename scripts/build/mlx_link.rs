@@ -11,6 +11,10 @@ fn link_mlx() {
         println!("cargo:rerun-if-env-changed={var}");
     }
     if let Ok(dir) = std::env::var("DEP_MLX_RPATH") {
+        // First where the packages put the library (`make bundle`: /usr/bin/<app> and
+        // /usr/lib/kivi-chat/mlx/lib), so an installed app uses its own copy; a build run
+        // from `target/` has no such folder next to it and finds the wheel's.
+        println!("cargo:rustc-link-arg=-Wl,-rpath,$ORIGIN/../lib/kivi-chat/mlx/lib");
         println!("cargo:rustc-link-arg=-Wl,-rpath,{dir}");
     }
     if std::env::var("DEP_MLX_BLAS").as_deref() == Ok("openblas") {

@@ -394,8 +394,8 @@ if [ -x "$CORE/make" ]; then
   check "make run on a Mac builds no debug app" lacks "$OUT" "cargo build -p kivi-chat"
   mac=$OUT
   run_in "FAKE_OS=Linux" make -n run
-  check "make run on Linux still builds the debug app" has "$OUT" "cargo build -p kivi-chat"
-  check "make run on Linux builds no release app" lacks "$OUT" "--release"
+  check "make run on Linux builds the release app too" has "$OUT" "cargo build --release -p kivi-chat"
+  check "make run on Linux builds no debug app" lacks "$OUT" "cargo build -p kivi-chat"
   OUT="$mac
 $OUT"
 fi

@@ -417,14 +417,8 @@ async fn stop_keeps_the_text_so_far_and_streaming_text_is_saved() {
 
 /// Sends `question` and returns (time to first token in ms, the generation's events).
 async fn ask(h: &Harness, chat_id: &str, question: &str) -> (f64, Vec<(&'static str, Value)>) {
-    let started = generation::send(&h.app, chat_id.to_string(), question.into())
-        .await
-        .unwrap();
-    let done = h.done(&started.generation_id).await;
-    h.idle(chat_id).await;
-    assert_eq!(done["message"]["status"], "complete", "{done}");
-    let ttft = done["message"]["stats"]["ttftMs"].as_f64().unwrap();
-    (ttft, h.of_job(&started.generation_id))
+    let (_, ttft, events) = answer(h, chat_id, question).await;
+    (ttft, events)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1141,4 +1135,190 @@ async fn follow_up_ttft_on_a_long_document() {
         done["totalTokens"],
         done["tokensPerSec"].as_f64().unwrap_or(0.0)
     );
+}
+
+/// Sends a question and returns the finished answer's text, time to first token (ms) and
+/// the generation's events.
+async fn answer(
+    h: &Harness,
+    chat_id: &str,
+    question: &str,
+) -> (String, f64, Vec<(&'static str, Value)>) {
+    let started = generation::send(&h.app, chat_id.to_string(), question.into())
+        .await
+        .unwrap();
+    let done = h.done(&started.generation_id).await;
+    h.idle(chat_id).await;
+    assert_eq!(done["message"]["status"], "complete", "{done}");
+    let text = done["message"]["content"].as_str().unwrap().to_string();
+    let ttft = done["message"]["stats"]["ttftMs"].as_f64().unwrap();
+    (text, ttft, h.of_job(&started.generation_id))
+}
+
+/// A chat on a ~2k-token document with one question answered; its id.
+async fn chat_on_a_long_document(h: &Harness) -> (String, u64) {
+    h.ready().await;
+    h.quick_settings(8).await;
+    let chat = chats::create(&h.app, None, None).await.unwrap();
+    let doc = root().join(".data/texts/moby-dick/chapter_102.txt");
+    let doc = documents::attach(&h.app, chat.id.clone(), doc.display().to_string())
+        .await
+        .unwrap();
+    answer(h, &chat.id, "What is this chapter about?").await;
+    (chat.id, doc.token_count)
+}
+
+async fn wait_for_disk(h: &Harness, chat_id: &str) -> crate::types::DiskCacheEvent {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(event) = h.app.disk.event(chat_id) {
+            return event;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the chat's cache was never written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_cache_survives_a_restart_and_a_full_disk_loses_nothing() {
+    use crate::types::DiskCacheAction;
+    const FOLLOW_UP: &str = "Which whale does the chapter measure?";
+    // Without a restart: the follow-up's answer.
+    let expected = {
+        let h = harness();
+        let (chat_id, _) = chat_on_a_long_document(&h).await;
+        answer(&h, &chat_id, FOLLOW_UP).await.0
+    };
+
+    let h = harness();
+    let (chat_id, doc_tokens) = chat_on_a_long_document(&h).await;
+    // Idle: the cache is written.
+    let saved = wait_for_disk(&h, &chat_id).await;
+    assert_eq!(saved.action, DiskCacheAction::Saved);
+    assert!(saved.tokens > doc_tokens, "{saved:?}");
+    let file = h.app.disk.path(&chat_id).unwrap();
+    let before = std::fs::read(&file).unwrap();
+    assert_eq!(before.len() as u64, saved.bytes);
+    let history = chats::get(&h.app, chat_id.clone()).await.unwrap().messages;
+
+    // A full disk during a save (the temporary file is /dev/full: the kernel's ENOSPC): the
+    // save fails, the previous file and the chat's history are as they were.
+    let partial = format!("{}.{}.partial", file.display(), std::process::id());
+    std::os::unix::fs::symlink("/dev/full", &partial).unwrap();
+    assert!(crate::disk_caches::save(&h.app, &chat_id).await.is_none());
+    assert!(!Path::new(&partial).exists(), "the failed save cleans up");
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+    let after = chats::get(&h.app, chat_id.clone()).await.unwrap();
+    assert_eq!(after.messages, history);
+
+    // Quit as the app does, then start again on the same data folder.
+    h.app.shutdown();
+    crate::disk_caches::save_all(&h.app).await;
+    assert_eq!(
+        h.app.disk.event(&chat_id).unwrap().action,
+        DiskCacheAction::Saved
+    );
+    drop(h.app.model.unload());
+    let Harness { dir, .. } = h;
+    let h = harness_with(dir, "http://127.0.0.1:9");
+    h.ready().await;
+    // Opening the chat reads the cache back in the background.
+    let opened = chats::get(&h.app, chat_id.clone()).await.unwrap();
+    assert_eq!(opened.messages.len(), history.len());
+    let restored = wait_for_disk(&h, &chat_id).await;
+    assert_eq!(restored.action, DiskCacheAction::Restored);
+    assert_eq!(restored.tokens, saved.tokens);
+    let opened = chats::get(&h.app, chat_id.clone()).await.unwrap();
+    assert!(
+        opened.documents[0].prefilled,
+        "the document is in the restored cache"
+    );
+    assert_eq!(opened.cache.tokens, saved.tokens);
+    let snapshot = stats::snapshot(&h.app).await.unwrap();
+    assert_eq!(snapshot.disk_cache, Some(restored));
+
+    let (text, ttft, events) = answer(&h, &chat_id, FOLLOW_UP).await;
+    let read: u64 = events
+        .iter()
+        .filter(|(n, _)| *n == names::PREFILL_PROGRESS)
+        .filter_map(|(_, p)| p["totalTokens"].as_u64())
+        .max()
+        .unwrap_or(0);
+    println!(
+        "restart with a {doc_tokens}-token document: cache {} tokens, {:.1} MiB, written in \
+         {:.3} s, read back in {:.3} s; follow-up time to first token {ttft:.0} ms \
+         ({read} prompt tokens read with progress; none means under {})",
+        restored.tokens,
+        restored.bytes as f64 / 1048576.0,
+        saved.seconds,
+        restored.seconds,
+        crate::generation::PREFILL_REPORT_MIN_TOKENS
+    );
+    assert!(read < doc_tokens / 4, "the document was read again: {read}");
+    assert_eq!(
+        text, expected,
+        "the answer is the one without a restart (greedy)"
+    );
+
+    // The chat's cache goes with the chat.
+    chats::delete(&h.app, chat_id.clone()).await.unwrap();
+    assert!(!file.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_model_file_is_added_listed_activated_and_removed() {
+    let h = harness();
+    h.ready().await;
+    // Cancelled dialog: nothing added.
+    assert_eq!(models::add_local(&h.app, false).await.unwrap(), None);
+    // Not a model: refused, nothing added.
+    *h.desktop.model.lock().unwrap() = Some(chapter());
+    let err = models::add_local(&h.app, false).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument);
+    assert!(err.message.contains("Pick a .gguf file"), "{}", err.message);
+    // A copy of the offline GGUF somewhere else on disk.
+    let file = h.dir.path().join("my-smollm2.gguf");
+    std::fs::copy(offline_model(), &file).unwrap();
+    *h.desktop.model.lock().unwrap() = Some(file.clone());
+    let added = models::add_local(&h.app, false).await.unwrap().unwrap();
+    assert_eq!(added.source, crate::types::ModelSource::Local);
+    assert_eq!(added.name, "my-smollm2");
+    assert_eq!(added.availability, ModelAvailability::Ready);
+    // Adding it twice lists it once.
+    models::add_local(&h.app, false).await.unwrap();
+    let listed = models::list(&h.app).await.unwrap();
+    let ids: Vec<&str> = listed.models.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(
+        ids.iter().filter(|id| **id == added.id).count(),
+        1,
+        "{ids:?}"
+    );
+    assert_eq!(ids[1], added.id, "local models follow the built-in one");
+
+    // It loads and answers.
+    models::activate(&h.app, added.id.clone()).await.unwrap();
+    h.ready().await;
+    assert_eq!(h.app.model.model_id().as_deref(), Some(added.id.as_str()));
+    h.quick_settings(4).await;
+    let chat = chats::create(&h.app, None, None).await.unwrap();
+    let (text, _, _) = answer(&h, &chat.id, "Say hello.").await;
+    assert!(!text.is_empty());
+    // In use: cannot be removed; after switching back, it can (the file stays).
+    assert_eq!(
+        models::delete(&h.app, added.id.clone())
+            .await
+            .unwrap_err()
+            .code,
+        ErrorCode::Busy
+    );
+    models::activate(&h.app, crate::catalog::BUILTIN_ID.into())
+        .await
+        .unwrap();
+    models::delete(&h.app, added.id.clone()).await.unwrap();
+    assert!(file.exists());
+    let listed = models::list(&h.app).await.unwrap();
+    assert!(listed.models.iter().all(|m| m.id != added.id));
 }

@@ -192,6 +192,101 @@ pub fn builtin_choice(path: &Path) -> ModelChoice {
     }
 }
 
+/// The id prefix of models added from local files or folders.
+pub const LOCAL_PREFIX: &str = "local:";
+
+/// A local model's id.
+pub fn local_id(path: &Path) -> String {
+    format!("{LOCAL_PREFIX}{}", path.display())
+}
+
+/// A local model to load, from its id (`None` when the id is not a local one).
+pub fn local_choice(id: &str) -> Option<ModelChoice> {
+    let path = PathBuf::from(id.strip_prefix(LOCAL_PREFIX)?);
+    Some(ModelChoice {
+        id: id.to_string(),
+        name: local_name(&path),
+        path,
+    })
+}
+
+fn local_name(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy();
+    name.strip_suffix(".gguf").unwrap_or(&name).to_string()
+}
+
+/// Checks that a picked path holds a model the engine loads: a `.gguf` file, or a folder with
+/// `config.json` (and safetensors weights) or exactly one `.gguf` file.
+pub fn check_local_model(path: &Path) -> Result<(), CommandError> {
+    let not_a_model = |why: &str| {
+        CommandError::invalid(
+            "path",
+            format!(
+                "{} {why}. Pick a .gguf file, or a folder with config.json and .safetensors \
+                 weights.",
+                path.display()
+            ),
+        )
+    };
+    if path.is_file() {
+        let mut magic = [0u8; 4];
+        let read = std::fs::File::open(path)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic));
+        return match read {
+            Ok(()) if &magic == b"GGUF" => Ok(()),
+            Ok(()) => Err(not_a_model("is not a GGUF file")),
+            Err(e) => Err(not_a_model(&format!("cannot be read ({e})"))),
+        };
+    }
+    if !path.is_dir() {
+        return Err(not_a_model("does not exist"));
+    }
+    let names: Vec<String> = std::fs::read_dir(path)
+        .map_err(|e| not_a_model(&format!("cannot be read ({e})")))?
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let ggufs = names.iter().filter(|n| n.ends_with(".gguf")).count();
+    let safetensors = names.iter().any(|n| n.ends_with(".safetensors"));
+    if (names.iter().any(|n| n == "config.json") && safetensors) || ggufs == 1 {
+        Ok(())
+    } else {
+        Err(not_a_model("holds no model the app can load"))
+    }
+}
+
+/// A local model's entry.
+pub fn local_info(id: &str) -> Option<ModelInfo> {
+    let choice = local_choice(id)?;
+    let size = if choice.path.is_file() {
+        std::fs::metadata(&choice.path).ok().map(|m| m.len())
+    } else {
+        std::fs::read_dir(&choice.path).ok().map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+    };
+    Some(ModelInfo {
+        id: choice.id,
+        name: choice.name,
+        source: ModelSource::Local,
+        recommended: false,
+        availability: on_disk(size),
+        size_bytes: size,
+        memory_estimate_bytes: None,
+        fits_in_memory: None,
+        context_length: None,
+        download: None,
+    })
+}
+
 /// A display name for a hub repo.
 pub fn display_name(repo: &str) -> String {
     RECOMMENDED
@@ -316,6 +411,15 @@ async fn look_up_here(hub: &HubConfig, repo: &RepoId) -> Result<HubFacts, Comman
     })
 }
 
+/// A model file or folder is ready when its size could be read, else it is not installed.
+fn on_disk(size: Option<u64>) -> ModelAvailability {
+    if size.is_some() {
+        ModelAvailability::Ready
+    } else {
+        ModelAvailability::NotDownloaded
+    }
+}
+
 /// The built-in model's entry.
 pub fn builtin_info(path: &Path, context: Option<u64>, settings: &Settings) -> ModelInfo {
     let size = std::fs::metadata(path).ok().map(|m| m.len());
@@ -327,7 +431,7 @@ pub fn builtin_info(path: &Path, context: Option<u64>, settings: &Settings) -> M
         name: BUILTIN_NAME.into(),
         source: ModelSource::Builtin,
         recommended: false,
-        availability: ModelAvailability::Ready,
+        availability: on_disk(size),
         size_bytes: size,
         memory_estimate_bytes: estimate,
         fits_in_memory: estimate.map(|e| e <= available),

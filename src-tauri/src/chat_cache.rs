@@ -84,6 +84,11 @@ impl ChatCaches {
         self.map().get(chat_id).copied()
     }
 
+    /// The chats with a cache.
+    pub fn chat_ids(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
+    }
+
     /// Records the chat's cache.
     pub fn set(&self, chat_id: &str, record: CacheRecord) {
         self.map().insert(chat_id.to_string(), record);

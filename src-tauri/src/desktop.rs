@@ -12,6 +12,10 @@ pub trait Desktop: Send + Sync + 'static {
     /// A native open dialog for documents (several may be chosen); `None` when cancelled.
     fn pick_documents(&self) -> Result<Option<Vec<PathBuf>>, String>;
 
+    /// A native open dialog for a model: a `.gguf` file, or (`folder`) a folder with
+    /// `config.json` and safetensors weights; `None` when cancelled.
+    fn pick_model(&self, folder: bool) -> Result<Option<PathBuf>, String>;
+
     /// A native save dialog suggesting `file_name`, filtered to `extension`; `None` when
     /// cancelled.
     fn save_file(
@@ -30,6 +34,8 @@ pub trait Desktop: Send + Sync + 'static {
 /// dialog. Release builds ignore it and the save-dialog one, so the files a release build
 /// reads or writes are always the ones the user picked.
 pub const PICK_FILES_ENV: &str = "KIVI_TEST_PICK_FILES";
+/// Pre-answers the model dialog with this path (end-to-end tests).
+pub const PICK_MODEL_ENV: &str = "KIVI_TEST_PICK_MODEL";
 /// Pre-answers the save dialog with this path (end-to-end tests).
 pub const SAVE_FILE_ENV: &str = "KIVI_TEST_SAVE_FILE";
 
@@ -65,6 +71,22 @@ impl Desktop for TauriDesktop {
         }))
     }
 
+    fn pick_model(&self, folder: bool) -> Result<Option<PathBuf>, String> {
+        use tauri_plugin_dialog::DialogExt;
+        if let Some(path) = test_answer(PICK_MODEL_ENV) {
+            return Ok(Some(PathBuf::from(path)));
+        }
+        let dialog = self.0.dialog().file().set_title("Add a model");
+        let picked = if folder {
+            dialog.blocking_pick_folder()
+        } else {
+            dialog
+                .add_filter("GGUF models", &["gguf"])
+                .blocking_pick_file()
+        };
+        Ok(picked.and_then(|f| f.into_path().ok()))
+    }
+
     fn save_file(
         &self,
         file_name: &str,
@@ -97,6 +119,8 @@ impl Desktop for TauriDesktop {
 pub struct FakeDesktop {
     /// What the open dialog returns.
     pub picked: std::sync::Mutex<Option<Vec<PathBuf>>>,
+    /// What the model dialog returns.
+    pub model: std::sync::Mutex<Option<PathBuf>>,
     /// What the save dialog returns.
     pub save_to: std::sync::Mutex<Option<PathBuf>>,
     /// URLs opened.
@@ -107,6 +131,10 @@ pub struct FakeDesktop {
 impl Desktop for FakeDesktop {
     fn pick_documents(&self) -> Result<Option<Vec<PathBuf>>, String> {
         Ok(self.picked.lock().unwrap().clone())
+    }
+
+    fn pick_model(&self, _folder: bool) -> Result<Option<PathBuf>, String> {
+        Ok(self.model.lock().unwrap().clone())
     }
 
     fn save_file(&self, _: &str, _: &str, _: &str) -> Result<Option<PathBuf>, String> {

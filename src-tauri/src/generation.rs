@@ -397,6 +397,7 @@ pub fn spawn_generation(app: &App, generation: Generation, job: GenerationJob, p
         app.live.set_phase(Phase::Idle);
         app.emit_stats();
         app.reconcile_caches();
+        crate::disk_caches::save_when_idle(&app, &job.chat_id);
     });
 }
 
@@ -553,6 +554,7 @@ pub fn spawn_prefill(app: &App, generation: Generation, chat_id: &str, job: Job,
         app.live.set_phase(Phase::Idle);
         app.emit_stats();
         app.reconcile_caches();
+        crate::disk_caches::save_when_idle(&app, &chat_id);
     });
 }
 

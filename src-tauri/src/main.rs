@@ -9,6 +9,7 @@ mod catalog;
 mod chat_cache;
 mod commands;
 mod desktop;
+mod disk_caches;
 mod downloads;
 mod error;
 mod events;
@@ -53,21 +54,30 @@ fn data_dir(app: &tauri::App) -> anyhow::Result<PathBuf> {
     }
 }
 
-/// The built-in model: `KIVI_MODEL`, else the file shipped in the app's resources, else the
-/// one `scripts/setup.sh` fetched into this checkout (development builds).
+/// The built-in model: `KIVI_MODEL`, else the file shipped in the app's resources, else, for a
+/// build run from this checkout's `target` folder, the one `scripts/setup.sh` fetched into the
+/// checkout. An installed app never reaches into a source tree: without a shipped file its
+/// built-in model is "not installed" and the user adds or downloads one.
 fn builtin_model(app: &tauri::App) -> PathBuf {
     if let Some(path) = std::env::var_os("KIVI_MODEL").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    if let Ok(resources) = app.path().resource_dir() {
-        let shipped = resources.join("models").join(BUILTIN_FILE);
-        if shipped.is_file() {
-            return shipped;
-        }
+    let shipped = app
+        .path()
+        .resource_dir()
+        .unwrap_or_default()
+        .join("models")
+        .join(BUILTIN_FILE);
+    let checkout = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let from_checkout = std::env::current_exe()
+        .ok()
+        .zip(checkout.join("target").canonicalize().ok())
+        .is_some_and(|(exe, target)| exe.starts_with(target));
+    if shipped.is_file() || !from_checkout {
+        shipped
+    } else {
+        checkout.join(".data/models").join(BUILTIN_FILE)
     }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../.data/models")
-        .join(BUILTIN_FILE)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -123,6 +133,7 @@ fn main() -> anyhow::Result<()> {
             models::delete_model,
             models::set_active_model,
             models::get_model_status,
+            models::add_local_model,
             models::get_hub_token_status,
             models::set_hub_token,
             commands::stats::get_stats,
@@ -137,6 +148,8 @@ fn main() -> anyhow::Result<()> {
         if let tauri::RunEvent::Exit = event {
             if let Some(state) = handle.try_state::<App>() {
                 state.shutdown();
+                // Each chat's cache goes to disk for the next start (after the stopped jobs).
+                tauri::async_runtime::block_on(crate::disk_caches::save_all(&state));
                 tauri::async_runtime::block_on(crate::server::stop(&state, None));
                 // Free the model on its own thread before the process's static destructors
                 // run (MLX must not be freeing arrays while they do).

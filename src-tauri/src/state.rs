@@ -15,6 +15,7 @@ use crate::active_model::{self, ActiveModel, ModelChoice};
 use crate::catalog::{self, Catalog};
 use crate::chat_cache::ChatCaches;
 use crate::desktop::Desktop;
+use crate::disk_caches::DiskCaches;
 use crate::downloads::Downloads;
 use crate::events::{EventSink, Events};
 use crate::jobs::Jobs;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub jobs: Jobs,
     /// Each chat's live KV cache.
     pub caches: ChatCaches,
+    /// Chats' KV caches kept on disk (next to the database).
+    pub disk: DiskCaches,
     /// Running downloads.
     pub downloads: Downloads,
     /// Models looked up on the hub this session.
@@ -74,7 +77,13 @@ impl AppState {
         desktop: Arc<dyn Desktop>,
         config: AppConfig,
     ) -> App {
+        let disk_dir = store
+            .path()
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("kv-caches");
         Arc::new(AppState {
+            disk: DiskCaches::new(disk_dir),
             store: Arc::new(store),
             events: Events::new(sink),
             desktop,
@@ -124,7 +133,15 @@ impl AppState {
     /// The model to load: the saved choice if it is still on disk, else the built-in one.
     pub fn active_choice(&self) -> ModelChoice {
         let saved = self.store.active_model_id().ok().flatten();
-        if let Some(id) = saved.filter(|id| id != catalog::BUILTIN_ID) {
+        if let Some(local) = saved.as_deref().and_then(catalog::local_choice) {
+            if local.path.exists() {
+                return local;
+            }
+            eprintln!(
+                "kivi-chat: {} is no longer there; using the built-in model",
+                local.path.display()
+            );
+        } else if let Some(id) = saved.filter(|id| id != catalog::BUILTIN_ID) {
             match catalog::cached_snapshot(&self.config.hub, &id) {
                 Some(snapshot) => {
                     return ModelChoice {
@@ -245,13 +262,22 @@ impl AppState {
         chat
     }
 
-    /// Emits the current statistics now.
-    pub fn emit_stats(&self) {
+    /// The live panel's numbers now.
+    pub fn stats_snapshot(&self) -> crate::types::StatsSnapshot {
         let settings = self.settings();
-        let snapshot = self
+        let mut snapshot = self
             .live
             .snapshot(self.context_length(&settings), self.backend(&settings));
-        self.events.stats(&snapshot);
+        snapshot.disk_cache = snapshot
+            .chat_id
+            .as_deref()
+            .and_then(|chat| self.disk.event(chat));
+        snapshot
+    }
+
+    /// Emits the current statistics now.
+    pub fn emit_stats(&self) {
+        self.events.stats(&self.stats_snapshot());
     }
 
     /// Drops one chat's cache (its prompt prefix changed): in the engine, in the mirror and in
@@ -261,6 +287,7 @@ impl AppState {
             let _ = engine.drop_conversation(chat_id);
         }
         self.caches.remove(chat_id);
+        self.disk.forget(chat_id);
         if let Err(e) = self.store.clear_prefilled(Some(chat_id)) {
             eprintln!("kivi-chat: {e}");
         }

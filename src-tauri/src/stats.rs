@@ -61,6 +61,13 @@ impl LiveStats {
 
     /// A job of `chat_id` starts: the panel describes its cache from now on.
     pub fn start_job(&self, chat_id: &str, cache: Option<CacheRecord>, phase: Phase) {
+        self.show(chat_id, cache);
+        self.lock().phase = Some(phase);
+    }
+
+    /// The panel describes `chat_id`'s cache from now on (a job starts, or its cache was
+    /// read back from disk); the speeds shown are another chat's and go.
+    pub fn show(&self, chat_id: &str, cache: Option<CacheRecord>) {
         let mut live = self.lock();
         if live.chat_id.as_deref() != Some(chat_id) {
             live.decode_tokens_per_sec = None;
@@ -69,7 +76,6 @@ impl LiveStats {
         }
         live.chat_id = Some(chat_id.to_string());
         live.cache = cache;
-        live.phase = Some(phase);
     }
 
     /// The engine reported statistics for a job of `chat_id` with cache `config`.
@@ -165,6 +171,7 @@ impl LiveStats {
             system_memory_used_bytes: memory.system_used_bytes,
             system_memory_total_bytes: memory.system_total_bytes,
             device_memory_bytes: None,
+            disk_cache: None,
         }
     }
 }

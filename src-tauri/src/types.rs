@@ -150,6 +150,33 @@ pub struct StatsSnapshot {
     pub system_memory_total_bytes: u64,
     /// MLX active memory on Metal; `None` on the CPU.
     pub device_memory_bytes: Option<u64>,
+    /// The described chat's cache file: when it was last written or read back; `None` when
+    /// neither happened since the app started.
+    pub disk_cache: Option<DiskCacheEvent>,
+}
+
+/// What happened to a chat's cache file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DiskCacheAction {
+    /// Written (the chat went idle, or the app quit).
+    Saved,
+    /// Read back and checked (the chat was opened after a restart or an eviction).
+    Restored,
+}
+
+/// A chat's cache file, as the panel shows it ("restored from disk, 12.3 MiB, 0.2 s").
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiskCacheEvent {
+    /// Written or read.
+    pub action: DiskCacheAction,
+    /// Size of the file.
+    pub bytes: u64,
+    /// Tokens the cache holds.
+    pub tokens: u64,
+    /// How long the write or the read (with its checks) took.
+    pub seconds: f64,
 }
 
 /// Where a model comes from.
@@ -160,6 +187,8 @@ pub enum ModelSource {
     Builtin,
     /// A Hugging Face hub repository.
     Hub,
+    /// A file or folder on this computer the user added (id `local:<path>`).
+    Local,
 }
 
 /// Whether a model can be used.

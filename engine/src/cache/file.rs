@@ -206,8 +206,9 @@ fn encode_as(
         .map_err(|e| CacheFileError::Save(format!("safetensors: {e}")))
 }
 
-/// Writes a cache file (through a temporary file and a rename, so a crash never leaves a
-/// half-written file under `path`).
+/// Writes a cache file through a temporary file in the same folder that is synced before it
+/// is renamed over `path` (and the folder synced after), so a crash or a full disk at any
+/// moment leaves the previous file or none under `path`, never a partial one.
 pub fn save<'a>(
     path: &Path,
     model_id: &str,
@@ -217,15 +218,34 @@ pub fn save<'a>(
     extra: &BTreeMap<String, String>,
 ) -> Result<(), CacheFileError> {
     let bytes = to_bytes(model_id, config, backend, caches, extra)?;
-    let io = |source| CacheFileError::Io {
+    write_atomically(path, &bytes).map_err(|source| CacheFileError::Io {
         path: path.to_path_buf(),
         source,
-    };
+    })
+}
+
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".partial");
+    tmp.push(format!(".{}.partial", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    let written = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return written;
+    }
+    // The rename is durable once the folder's entry is (not possible on every platform).
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let Ok(dir) = std::fs::File::open(dir) {
+            let _ = dir.sync_all();
+        }
+    }
+    Ok(())
 }
 
 /// Opens a cache file made for `model_id` with `config`, for a model running on `backend`.

@@ -46,6 +46,9 @@ pub enum EngineError {
     /// The model thread is gone (it panicked or the engine was shut down).
     #[error("the model thread has stopped")]
     WorkerGone,
+    /// A conversation could not be written to or read from its cache file.
+    #[error(transparent)]
+    CacheFile(#[from] crate::cache::file::CacheFileError),
     /// The model thread could not be started.
     #[error("cannot start the model thread: {0}")]
     Spawn(std::io::Error),

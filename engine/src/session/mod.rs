@@ -33,6 +33,7 @@ mod options;
 pub mod prefix;
 pub mod prompt;
 pub mod request;
+mod saved;
 mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,7 @@ pub use conversation::ConversationCache;
 pub use error::EngineError;
 pub use options::{EngineOptions, DEFAULT_STATS_INTERVAL};
 pub use request::{Document, Event, FinishReason, ModelSource, Prompt, Request};
+pub use saved::SavedConversation;
 
 use crate::backend::Backend;
 use crate::error::LoadError;
@@ -208,6 +210,54 @@ impl Engine {
         self.send(Command::DropConversation {
             conversation: conversation.into(),
         })
+    }
+
+    /// Writes `conversation`'s cache and the tokens it holds to the cache file `path`
+    /// (through a synced temporary file and a rename), after the requests queued before this
+    /// call; `extra` entries are stored with it and given back by
+    /// [`Engine::restore_conversation`]. `Ok(None)` when no cache holds the conversation.
+    pub fn save_conversation(
+        &self,
+        conversation: impl Into<String>,
+        path: impl Into<std::path::PathBuf>,
+        extra: std::collections::BTreeMap<String, String>,
+    ) -> impl std::future::Future<Output = Result<Option<SavedConversation>, EngineError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.send(Command::SaveConversation {
+            conversation: conversation.into(),
+            path: path.into(),
+            extra,
+            reply,
+        });
+        async move {
+            sent?;
+            answer.await.map_err(|_| EngineError::WorkerGone)?
+        }
+    }
+
+    /// Reads a file written by [`Engine::save_conversation`] into `conversation`'s cache, so
+    /// that its next request reuses what the file holds of its prompt. The file must have
+    /// been made for this model (same weights, same backend) with cache settings `cache`;
+    /// anything else, or a damaged file, is refused with [`EngineError::CacheFile`].
+    /// `Ok(None)` when a live cache holds the conversation already (it is newer). The
+    /// command is queued at once, so a request started after this call finds the cache.
+    pub fn restore_conversation(
+        &self,
+        conversation: impl Into<String>,
+        path: impl Into<std::path::PathBuf>,
+        cache: CacheConfig,
+    ) -> impl std::future::Future<Output = Result<Option<SavedConversation>, EngineError>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.send(Command::RestoreConversation {
+            conversation: conversation.into(),
+            path: path.into(),
+            cache,
+            reply,
+        });
+        async move {
+            sent?;
+            answer.await.map_err(|_| EngineError::WorkerGone)?
+        }
     }
 
     /// The caches of the named conversations (see [`Engine::generate_in`]), answered after

@@ -1,6 +1,8 @@
 //! The model thread: owns the model, tokenizer and KV caches (MLX arrays stay on the
 //! thread that made them), runs one request at a time, and reports through channels.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,6 +16,7 @@ use super::options::EngineOptions;
 use super::prefix::{self, Slot};
 use super::prompt;
 use super::request::{Event, FinishReason, Prompt, Request};
+use super::saved::{self, SavedConversation};
 use crate::cache::CacheConfig;
 use crate::decode::Decoder;
 use crate::loader::LoadedModel;
@@ -45,6 +48,20 @@ pub enum Command {
     ClearCache,
     /// Forget one conversation's cache.
     DropConversation { conversation: String },
+    /// Write a conversation's cache to a file (`None`: no cache holds it).
+    SaveConversation {
+        conversation: String,
+        path: PathBuf,
+        extra: BTreeMap<String, String>,
+        reply: oneshot::Sender<Result<Option<SavedConversation>, EngineError>>,
+    },
+    /// Read a conversation's cache from a file (`None`: a live cache holds it already).
+    RestoreConversation {
+        conversation: String,
+        path: PathBuf,
+        cache: CacheConfig,
+        reply: oneshot::Sender<Result<Option<SavedConversation>, EngineError>>,
+    },
     /// Describe the caches of the named conversations.
     Conversations {
         reply: oneshot::Sender<Vec<ConversationCache>>,
@@ -60,6 +77,8 @@ pub struct Worker {
     shutdown: Arc<AtomicBool>,
     slots: Vec<Slot>,
     memory: MemoryProbe,
+    /// What names this model in cache files (`saved::model_id`).
+    model_id: String,
 }
 
 /// Timing of one request, for its statistics.
@@ -79,6 +98,7 @@ impl Worker {
         context_length: usize,
         shutdown: Arc<AtomicBool>,
     ) -> Self {
+        let model_id = saved::model_id(&loaded.info);
         Self {
             loaded,
             options,
@@ -86,6 +106,7 @@ impl Worker {
             shutdown,
             slots: Vec::new(),
             memory: MemoryProbe::new(),
+            model_id,
         }
     }
 
@@ -128,6 +149,39 @@ impl Worker {
                 Command::DropConversation { conversation } => self
                     .slots
                     .retain(|s| s.conversation.as_deref() != Some(conversation.as_str())),
+                Command::SaveConversation {
+                    conversation,
+                    path,
+                    extra,
+                    reply,
+                } => {
+                    let saved = saved::save(
+                        &mut self.slots,
+                        &self.model_id,
+                        &self.loaded.info,
+                        &conversation,
+                        &path,
+                        extra,
+                    );
+                    let _ = reply.send(saved);
+                }
+                Command::RestoreConversation {
+                    conversation,
+                    path,
+                    cache,
+                    reply,
+                } => {
+                    let restored = saved::restore(
+                        &mut self.slots,
+                        self.options.max_cached_conversations,
+                        &self.model_id,
+                        &self.loaded.info,
+                        &conversation,
+                        &path,
+                        cache,
+                    );
+                    let _ = reply.send(restored);
+                }
                 Command::Conversations { reply } => {
                     let caches = self
                         .slots

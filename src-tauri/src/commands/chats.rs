@@ -36,9 +36,17 @@ pub async fn create(
     Ok(app.chat_out(chat).await)
 }
 
-/// `get_chat`.
+/// `get_chat`: the chat; a cache of it saved before a restart starts loading back in the
+/// background, so that its next question starts at once.
 pub async fn get(app: &App, chat_id: String) -> CommandResult<Chat> {
     let chat = app.store.get_chat(&chat_id)?;
+    if app.caches.get(&chat_id).is_none() {
+        let app = app.clone();
+        let id = chat_id.clone();
+        tauri::async_runtime::spawn(async move {
+            crate::disk_caches::restore(&app, &id).await;
+        });
+    }
     Ok(app.chat_out(chat).await)
 }
 
@@ -58,6 +66,7 @@ pub async fn delete(app: &App, chat_id: String) -> CommandResult<()> {
         let _ = engine.drop_conversation(chat_id.clone());
     }
     app.caches.remove(&chat_id);
+    crate::disk_caches::remove(app, &chat_id).await;
     app.live.forget_chat(&chat_id);
     app.emit_stats();
     Ok(())

@@ -86,6 +86,8 @@ pub async fn remove(app: &App, chat_id: String, document_id: String) -> CommandR
 /// `prefill_chat`: reads the system prompt, the documents that fit and the history into the
 /// chat's cache now; the job's id, or `None` when there is nothing to read.
 pub async fn prefill(app: &App, chat_id: String) -> CommandResult<Option<String>> {
+    app.store.chat_summary(&chat_id)?;
+    crate::disk_caches::restore(app, &chat_id).await;
     let chat = app.store.get_chat(&chat_id)?;
     let job_id = app.new_id("p");
     let job = app.jobs.begin(&chat_id, job_id.clone(), JobKind::Prefill)?;

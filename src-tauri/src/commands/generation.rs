@@ -84,6 +84,9 @@ fn check_content(content: &str) -> CommandResult<()> {
 }
 
 async fn start(app: &App, chat_id: String, ask: Ask) -> CommandResult<GenerationStarted> {
+    app.store.chat_summary(&chat_id)?;
+    // A cache saved before a restart: read it back first, so this job reuses it.
+    crate::disk_caches::restore(app, &chat_id).await;
     let chat = app.store.get_chat(&chat_id)?;
     match &ask {
         Ask::Send(content) | Ask::Edit { content, .. } => check_content(content)?,

@@ -1,6 +1,7 @@
 //! Models and downloads (`api/models.ts`), and the hub token kept in the OS keychain.
 
 use std::collections::BTreeSet;
+use std::path::Path;
 
 use tauri::State;
 
@@ -83,6 +84,12 @@ fn overview(app: &App) -> CommandResult<ModelsOverview> {
         (rank(m), pos, m.id.clone())
     });
     let mut models = vec![builtin];
+    models.extend(
+        app.store
+            .local_models()?
+            .iter()
+            .filter_map(|path| catalog::local_info(&catalog::local_id(Path::new(path)))),
+    );
     models.extend(hub);
     Ok(ModelsOverview {
         models,
@@ -131,6 +138,24 @@ pub async fn delete(app: &App, model_id: String) -> CommandResult<()> {
             "The built-in model ships with KIVI Chat and cannot be deleted.",
         ));
     }
+    if let Some(path) = model_id.strip_prefix(catalog::LOCAL_PREFIX) {
+        // A local model leaves the list; its file or folder stays where the user keeps it.
+        if app.model.model_id().as_deref() == Some(model_id.as_str()) {
+            return Err(CommandError::busy(
+                "This model is in use. Switch to another model first, then remove it.",
+            ));
+        }
+        let mut paths = app.store.local_models()?;
+        let before = paths.len();
+        paths.retain(|p| p != path);
+        if paths.len() == before {
+            return Err(CommandError::not_found(format!(
+                "{path} is not in the list of models."
+            )));
+        }
+        app.store.set_local_models(&paths)?;
+        return Ok(());
+    }
     let repo = catalog::validate_repo_id(&model_id)
         .map_err(|_| CommandError::not_found(format!("{model_id} is not a downloaded model.")))?;
     if app.model.model_id().as_deref() == Some(model_id.as_str()) {
@@ -159,6 +184,14 @@ pub async fn delete(app: &App, model_id: String) -> CommandResult<()> {
 pub async fn activate(app: &App, model_id: String) -> CommandResult<ModelStatus> {
     let choice = if model_id == BUILTIN_ID {
         catalog::builtin_choice(&app.config.builtin_model)
+    } else if let Some(choice) = catalog::local_choice(&model_id) {
+        if !choice.path.exists() {
+            return Err(CommandError::not_found(format!(
+                "{} is no longer there. Add the model again from its new place.",
+                choice.path.display()
+            )));
+        }
+        choice
     } else {
         let hub = app.config.hub.clone();
         let id = model_id.clone();
@@ -227,6 +260,29 @@ fn recount_documents_when_ready(app: &App) {
             }
         }
     });
+}
+
+/// `add_local_model`: a native dialog picks a `.gguf` file or (`folder`) a model folder; the
+/// model joins the list (kept across restarts; the file stays where it is). `None` when the
+/// dialog was cancelled.
+pub async fn add_local(app: &App, folder: bool) -> CommandResult<Option<ModelInfo>> {
+    let desktop = app.desktop.clone();
+    let picked = tauri::async_runtime::spawn_blocking(move || desktop.pick_model(folder))
+        .await
+        .map_err(|e| CommandError::internal(e.to_string()))?
+        .map_err(CommandError::internal)?;
+    let Some(path) = picked else {
+        return Ok(None);
+    };
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    catalog::check_local_model(&path)?;
+    let mut paths = app.store.local_models()?;
+    let text = path.display().to_string();
+    if !paths.contains(&text) {
+        paths.push(text);
+        app.store.set_local_models(&paths)?;
+    }
+    Ok(catalog::local_info(&catalog::local_id(&path)))
 }
 
 /// `get_model_status`.
@@ -333,6 +389,14 @@ pub async fn delete_model(app: State<'_, App>, model_id: String) -> CommandResul
 #[tauri::command]
 pub async fn set_active_model(app: State<'_, App>, model_id: String) -> CommandResult<ModelStatus> {
     activate(&app, model_id).await
+}
+
+#[tauri::command]
+pub async fn add_local_model(
+    app: State<'_, App>,
+    folder: bool,
+) -> CommandResult<Option<ModelInfo>> {
+    add_local(&app, folder).await
 }
 
 #[tauri::command]

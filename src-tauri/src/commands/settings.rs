@@ -50,6 +50,9 @@ pub async fn update(app: &App, settings: Settings) -> CommandResult<SettingsUpda
     } else {
         app.emit_stats();
     }
+    if old.disk_cache_mib != settings.disk_cache_mib {
+        crate::disk_caches::trim_to(app, settings.disk_cache_mib);
+    }
     // The model's weights are converted for its backend when it loads: load it again.
     let model_reload = backend_changed && crate::active_model::reload(app);
     Ok(SettingsUpdate {

@@ -8,10 +8,7 @@ use crate::types::StatsSnapshot;
 
 /// `get_stats`: the current snapshot.
 pub async fn snapshot(app: &App) -> CommandResult<StatsSnapshot> {
-    let settings = app.settings();
-    Ok(app
-        .live
-        .snapshot(app.context_length(&settings), app.backend(&settings)))
+    Ok(app.stats_snapshot())
 }
 
 #[tauri::command]

@@ -5,7 +5,9 @@ use rusqlite::{params, OptionalExtension};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::types::{BackendChoice, CacheMode, CacheSettings, SamplingSettings, Settings};
+use super::types::{
+    BackendChoice, CacheMode, CacheSettings, SamplingSettings, Settings, DEFAULT_DISK_CACHE_MIB,
+};
 use super::{Result, Store, StoreError};
 
 /// One broken rule: the field as a dotted path in the UI's terms, and what to do.
@@ -22,9 +24,13 @@ pub type SettingsErrors = Vec<FieldError>;
 
 /// `app_state` key of the active model id.
 const ACTIVE_MODEL_KEY: &str = "activeModelId";
+/// The `app_state` key of the models added from local files or folders (their paths).
+const LOCAL_MODELS_KEY: &str = "localModels";
 
 /// The attention sink counts the settings offer (KIVI+ papers use 4 or 16; 0 is plain KIVI).
 pub const SINK_CHOICES: [u32; 3] = [0, 4, 16];
+/// The most disk `diskCacheMib` may give the saved caches: 1 TiB.
+pub const MAX_DISK_CACHE_MIB: u32 = 1 << 20;
 
 impl Default for CacheSettings {
     /// The engine's recommended cache ([`kivi_engine::cache::RECOMMENDED`]: KIVI K4 V2,
@@ -80,6 +86,7 @@ impl Default for Settings {
             context_length: 8192,
             sampling: SamplingSettings::default(),
             backend: BackendChoice::Auto,
+            disk_cache_mib: DEFAULT_DISK_CACHE_MIB,
         }
     }
 }
@@ -194,6 +201,14 @@ impl Settings {
                 "Max tokens must be smaller than the context length.".into(),
             );
         }
+        if self.disk_cache_mib > MAX_DISK_CACHE_MIB {
+            push(
+                "diskCacheMib",
+                "Disk space for saved caches must be a whole number of MiB from 0 to 1048576 \
+                 (0 keeps none)."
+                    .into(),
+            );
+        }
         // `sampling.seed`: an `Option<u32>` holds only null or 0..=4294967295; anything else
         // already fails to deserialize.
         e
@@ -287,6 +302,16 @@ impl Store {
     pub fn set_active_model_id(&self, model_id: &str) -> Result<()> {
         self.put_state(ACTIVE_MODEL_KEY, model_id)
     }
+
+    /// The paths of the models added from local files or folders, in the order added.
+    pub fn local_models(&self) -> Result<Vec<String>> {
+        Ok(self.get_state(LOCAL_MODELS_KEY)?.unwrap_or_default())
+    }
+
+    /// Replaces the list of local models.
+    pub fn set_local_models(&self, paths: &[String]) -> Result<()> {
+        self.put_state(LOCAL_MODELS_KEY, paths)
+    }
 }
 
 #[cfg(test)]
@@ -304,7 +329,7 @@ mod tests {
         // f32 fields print as the UI typed them (`to_string`, as Tauri sends them).
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
-            r#"{"cache":{"mode":"kivi","kBits":4,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":true},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto"}"#
+            r#"{"cache":{"mode":"kivi","kBits":4,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":true},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto","diskCacheMib":2048}"#
         );
         assert!(s.validate().is_ok());
         assert_eq!(Settings::defaults_for_model(None), s);

@@ -121,6 +121,19 @@ pub struct Settings {
     /// read as `auto`).
     #[serde(default)]
     pub backend: BackendChoice,
+    /// MiB of disk the chats' saved KV caches may take (least recently used go first);
+    /// 0 keeps no cache on disk. 0..=1048576; settings saved before it existed read as the
+    /// default.
+    #[serde(default = "default_disk_cache_mib")]
+    pub disk_cache_mib: u32,
+}
+
+/// `diskCacheMib`'s default: room for a few long documents' caches of a small or medium
+/// model on a laptop.
+pub const DEFAULT_DISK_CACHE_MIB: u32 = 2048;
+
+fn default_disk_cache_mib() -> u32 {
+    DEFAULT_DISK_CACHE_MIB
 }
 
 /// What `update_settings` returns.

@@ -13,6 +13,11 @@ export const resumeDownload = (repoId: string) => call<DownloadProgress>("resume
 /** Stops the download and deletes its partial files. */
 export const cancelDownload = (repoId: string) => call<null>("cancel_download", { repoId });
 
+/** A native dialog picks a `.gguf` file or (`folder`) a model folder; the model joins the list
+ * (the file stays where it is) but is not activated. `null` when the dialog was cancelled. */
+export const addLocalModel = (folder: boolean) => call<ModelInfo | null>("add_local_model", { folder });
+
+/** Deletes a downloaded model's files; a local model (`local:` id) only leaves the list. */
 export const deleteModel = (modelId: string) => call<null>("delete_model", { modelId });
 
 /** Persists the choice and starts loading it; progress comes as `model-status`. */

@@ -88,12 +88,16 @@ export interface Settings {
   /** Where and how the model runs: "auto" or a backend name ("host", "mlx-cpu-f16",
    * "mlx-gpu-f16", ...). */
   backend: string;
+  /** 0..=1048576 integer: MiB of disk the chats' saved KV caches may take; the least recently
+   * used files are evicted first; 0 keeps no cache on disk. Settings saved before it existed
+   * read as 2048 (the default). Changing it does not reset the caches. */
+  diskCacheMib: number;
 }
 
 export interface SettingsUpdate {
   settings: Settings;
   /** True when `cache`, `contextLength` or `backend` changed, so every chat's KV cache was
-   * dropped. */
+   * dropped (`diskCacheMib` alone never resets them). */
   cacheReset: boolean;
   /** True when `backend` changed and the active model is loading again on the new one. */
   modelReload: boolean;
@@ -236,6 +240,22 @@ export interface PrefillProgressEvent {
 }
 
 export type Phase = "idle" | "loading" | "prefill" | "decode";
+
+/** What happened to a chat's cache file: "saved" = written to the data folder when the chat
+ * went idle or the app quit; "restored" = read back and checked when the chat was opened after
+ * a restart, so the next question starts at once without re-reading its documents. */
+export type DiskCacheAction = "saved" | "restored";
+
+/** The last write or read of a chat's cache file ("restored from disk, 12.3 MiB, 0.2 s"). */
+export interface DiskCacheEvent {
+  action: DiskCacheAction;
+  /** Size of the file. */
+  bytes: number;
+  /** Tokens the cache holds. */
+  tokens: number;
+  /** How long the write, or the read with its checks, took. */
+  seconds: number;
+}
 export type Device = "cpu" | "gpu";
 
 /** `stats` (and `get_stats`): a snapshot of the engine and the KV cache it works on. */
@@ -281,12 +301,17 @@ export interface StatsSnapshot {
   systemMemoryTotalBytes: number;
   /** Memory the device holds for MLX (Metal active memory); null on the CPU. */
   deviceMemoryBytes: number | null;
+  /** The described chat's cache file: when it was last written or read back; null when
+   * neither happened since the app started. */
+  diskCache: DiskCacheEvent | null;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Models and downloads
 
-export type ModelSource = "builtin" | "hub";
+/** "builtin": shipped with the app; "hub": a Hugging Face repo; "local": a `.gguf` file or a
+ * model folder on this computer that the user added (`add_local_model`, id `local:<path>`). */
+export type ModelSource = "builtin" | "hub" | "local";
 export type ModelAvailability = "ready" | "notDownloaded" | "downloading" | "paused" | "failed";
 
 export type DownloadState = "queued" | "downloading" | "paused" | "failed" | "completed" | "cancelled";
@@ -314,7 +339,8 @@ export interface DownloadProgress {
 }
 
 export interface ModelInfo {
-  /** Hub repo id (`owner/name`) or a built-in id such as `builtin/SmolLM2-135M-Instruct-Q4_1`. */
+  /** Hub repo id (`owner/name`), a built-in id such as `builtin/SmolLM2-135M-Instruct-Q4_1`, or
+   * `local:<absolute path>` for a model file or folder the user added. */
   id: string;
   /** Display name, e.g. "Llama 3.2 3B Instruct (4-bit)". */
   name: string;

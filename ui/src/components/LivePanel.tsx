@@ -1,5 +1,5 @@
 /** The live panel: what the KV cache really costs, updated from `stats` events. */
-import type { StatsSnapshot } from "../api/types";
+import type { DiskCacheEvent, StatsSnapshot } from "../api/types";
 import { backendShort } from "../lib/backends";
 import { cacheLabel } from "../lib/kivi";
 import { formatBytes, formatCount, formatDuration, formatPercent, formatRate, formatRatio } from "../lib/format";
@@ -84,6 +84,24 @@ function ResidualGauge({ s }: { s: StatsSnapshot }) {
   );
 }
 
+/** "Restored from disk · 12.3 MiB · 200 ms": the described chat's cache file, last written or read. */
+export function diskCacheText(d: DiskCacheEvent): string {
+  const what = d.action === "restored" ? "Restored from disk" : "Saved to disk";
+  return `${what} · ${formatBytes(d.bytes)} · ${formatDuration(d.seconds * 1000)}`;
+}
+
+function DiskCacheLine({ d }: { d: DiskCacheEvent }) {
+  const why =
+    d.action === "restored"
+      ? "Read back from the data folder and checked when the chat was opened after a restart: the next question starts at once, without re-reading the documents."
+      : "Written to the data folder when the chat went idle or the app quit, so it can be read back after a restart.";
+  return (
+    <p class="muted small disk-cache-line" data-testid="disk-cache-line" data-action={d.action} title={`${formatCount(d.tokens)} tokens. ${why}`}>
+      {diskCacheText(d)}
+    </p>
+  );
+}
+
 export function LivePanel() {
   const s = useApp((st) => st.stats);
   const activeChatId = useApp((st) => st.activeChatId);
@@ -158,6 +176,7 @@ export function LivePanel() {
             )}
             <span data-testid="stat-window">{formatCount(s?.residualTokens ?? 0)} full precision</span>
           </div>
+          {s?.diskCache && <DiskCacheLine d={s.diskCache} />}
         </div>
 
         <div class="metric-grid">

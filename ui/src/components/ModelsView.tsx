@@ -1,12 +1,14 @@
-/** Model manager: installed, recommended, any hub repo; downloads with per-file progress. */
+/** Model manager: installed, added from this computer, recommended, any hub repo; downloads
+ * with per-file progress. */
 import { useEffect, useState } from "preact/hooks";
 import type { DownloadProgress, HubTokenStatus, ModelInfo } from "../api/types";
 import { ApiError } from "../api/ipc";
 import { formatBytes, formatCount, formatEta, formatPercent, formatSpeed } from "../lib/format";
+import { anyReadyModel, groupModels, localModelPath, unavailableLabel } from "../lib/models";
 import { parseRepoId } from "../lib/validate";
-import { activateModel, deleteModel, downloadAction, hubTokenStatus, inspectModel, saveHubToken, useApp } from "../state/app";
+import { activateModel, addLocalModel, deleteModel, downloadAction, hubTokenStatus, inspectModel, saveHubToken, useApp } from "../state/app";
 import { ConfirmDialog } from "./Modal";
-import { IconAlert, IconCheck, IconCube, IconDownload, IconPause, IconPlay, IconSearch, IconTrash, IconX } from "./icons";
+import { IconAlert, IconCheck, IconCube, IconDownload, IconFile, IconPause, IconPlay, IconPlus, IconSearch, IconTrash, IconX } from "./icons";
 
 function FitFlag({ model, available }: { model: ModelInfo; available: number }) {
   if (model.fitsInMemory == null || model.memoryEstimateBytes == null) return <span class="muted small">memory need unknown</span>;
@@ -84,28 +86,48 @@ function ModelCard({ model, activeId, available, download }: { model: ModelInfo;
   const [confirm, setConfirm] = useState<null | "download" | "delete">(null);
   const isActive = model.id === activeId;
   const ready = model.availability === "ready";
+  const hub = model.source === "hub";
+  const path = model.source === "local" ? (localModelPath(model.id) ?? model.id) : null;
+  const unavailable = unavailableLabel(model);
   const d = download && download.state !== "completed" && download.state !== "cancelled" ? download : null;
   const start = () => (model.fitsInMemory === false ? setConfirm("download") : void downloadAction("download", model.id));
   return (
-    <div class={`model-card${isActive ? " active" : ""}`} data-testid="model-card" data-model-id={model.id} data-availability={model.availability}>
+    <div class={`model-card${isActive && ready ? " active" : ""}`} data-testid="model-card" data-model-id={model.id} data-availability={model.availability}>
       <div class="model-top">
         <IconCube />
         <div class="model-title">
           <strong>{model.name}</strong>
-          <code class="muted small">{model.id}</code>
+          {path != null ? (
+            <code class="muted small" data-testid="model-path" title={path}>
+              {path}
+            </code>
+          ) : (
+            <code class="muted small">{model.id}</code>
+          )}
         </div>
         <span class="grow" />
-        {isActive && <span class="pill ready">Active</span>}
+        {path != null && (
+          <span class="badge" data-testid="model-local-badge" title="A model file or folder on this computer that you added">
+            Local
+          </span>
+        )}
+        {isActive && ready && <span class="pill ready">Active</span>}
       </div>
       <div class="model-meta muted small">
-        {model.source === "builtin" && <span>Built in · works offline</span>}
+        {model.source === "builtin" && ready && <span>Built in · works offline</span>}
+        {model.source === "local" && ready && <span>On this computer · works offline</span>}
+        {unavailable && (
+          <span class="flag bad" data-testid="model-unavailable">
+            <IconAlert size={13} /> {unavailable}
+          </span>
+        )}
         {model.sizeBytes != null && <span>{formatBytes(model.sizeBytes)} on disk</span>}
         {model.contextLength != null && <span>{formatCount(model.contextLength)}-token context</span>}
-        {!ready && <FitFlag model={model} available={available} />}
+        {!ready && hub && <FitFlag model={model} available={available} />}
       </div>
       {d ? (
         <DownloadBox d={d} />
-      ) : (
+      ) : (ready || hub || (path != null && !isActive)) && (
         <div class="model-actions">
           {ready ? (
             <>
@@ -114,15 +136,26 @@ function ModelCard({ model, activeId, available, download }: { model: ModelInfo;
                   Use this model
                 </button>
               )}
-              {model.source === "hub" && !isActive && (
+              {hub && !isActive && (
                 <button type="button" class="btn small ghost" data-testid="model-delete" onClick={() => setConfirm("delete")}>
                   <IconTrash size={14} /> Delete
                 </button>
               )}
             </>
-          ) : (
+          ) : hub ? (
             <button type="button" class={`btn small${model.fitsInMemory === false ? "" : " primary"}`} data-testid="model-download" onClick={start}>
               <IconDownload size={14} /> {model.fitsInMemory === false ? "Download anyway" : "Download"}
+            </button>
+          ) : null}
+          {path != null && !isActive && (
+            <button
+              type="button"
+              class="btn small ghost"
+              data-testid="model-remove"
+              title="Removes it from this list; the file stays where it is."
+              onClick={() => void deleteModel(model.id)}
+            >
+              <IconX size={14} /> Remove from list
             </button>
           )}
         </div>
@@ -293,6 +326,43 @@ function HubLookup({ activeId, available, downloads }: { activeId: string | null
   );
 }
 
+/** "Add a model": pick a .gguf file or a model folder; it joins the list and becomes active. */
+function AddLocalModel({ prominent }: { prominent: boolean }) {
+  const [busy, setBusy] = useState(false);
+  const add = async (folder: boolean) => {
+    setBusy(true);
+    try {
+      await addLocalModel(folder);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <div class="row add-local" data-testid="add-local-model">
+      <button
+        type="button"
+        class={`btn${prominent ? " primary" : ""}`}
+        data-testid="add-model-file"
+        disabled={busy}
+        title="A .gguf model file on this computer (e.g. from LM Studio or llama.cpp); it stays where it is"
+        onClick={() => void add(false)}
+      >
+        <IconPlus size={15} /> Add model file…
+      </button>
+      <button
+        type="button"
+        class="btn"
+        data-testid="add-model-folder"
+        disabled={busy}
+        title="A folder with config.json and .safetensors weights; it stays where it is"
+        onClick={() => void add(true)}
+      >
+        <IconFile size={15} /> Add model folder…
+      </button>
+    </div>
+  );
+}
+
 export function ModelsView() {
   const overview = useApp((s) => s.models);
   const downloads = useApp((s) => s.downloads);
@@ -305,28 +375,35 @@ export function ModelsView() {
     );
   }
   const { models, activeModelId, availableMemoryBytes, totalMemoryBytes } = overview;
-  const installed = models.filter((m) => m.availability === "ready");
-  const recommended = models.filter((m) => m.availability !== "ready" && m.recommended);
-  const other = models.filter((m) => m.availability !== "ready" && !m.recommended);
+  const { onComputer, recommended, other } = groupModels(models);
+  const anyReady = anyReadyModel(models);
   const card = (m: ModelInfo) => <ModelCard key={m.id} model={m} activeId={activeModelId} available={availableMemoryBytes} download={downloads[m.id] ?? m.download} />;
 
   return (
     <section class="page" data-testid="models-view">
-      <header class="page-head">
-        <div>
+      <header class="page-head page-head-row">
+        <div class="grow">
           <h1>Models</h1>
           <p class="muted">
             {formatBytes(availableMemoryBytes)} of {formatBytes(totalMemoryBytes)} memory available.
             {status?.state === "ready" && status.name && <> Active: <strong>{status.name}</strong>.</>}
           </p>
         </div>
+        <AddLocalModel prominent={!anyReady} />
       </header>
       <div class="page-body">
         <section class="card">
           <h2>On this computer</h2>
-          <div class="model-grid" data-testid="installed-models">
-            {installed.length ? installed.map(card) : <p class="muted">No model is installed yet. Download one below.</p>}
-          </div>
+          {!anyReady && (
+            <p class="notice" role="status" data-testid="no-model-hint">
+              <strong>No model is ready to use.</strong> Add a .gguf file or a model folder, or download one below.
+            </p>
+          )}
+          {onComputer.length > 0 && (
+            <div class="model-grid" data-testid="installed-models">
+              {onComputer.map(card)}
+            </div>
+          )}
         </section>
         {(recommended.length > 0 || other.length > 0) && (
           <section class="card">

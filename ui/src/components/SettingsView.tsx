@@ -3,7 +3,7 @@ import { useEffect, useMemo, useState } from "preact/hooks";
 import type { Bits, CacheMode, GroupSize, Settings, SinkTokens } from "../api/types";
 import { BACKEND_CHOICES, backendLabel } from "../lib/backends";
 import { cacheLabel, estimatedRatio, sameCache } from "../lib/kivi";
-import { formatCount } from "../lib/format";
+import { formatBytes, formatCount } from "../lib/format";
 import { GROUP_CHOICES, LIMITS, SINK_CHOICES, isValid, parseNumberInput, validatePort, validateSettings, type SettingsErrors } from "../lib/validate";
 import {
   activateModel,
@@ -37,6 +37,7 @@ interface Draft {
   maxTokens: string;
   seed: string;
   backend: string;
+  diskCacheMib: string;
 }
 
 export function toDraft(s: Settings): Draft {
@@ -56,6 +57,7 @@ export function toDraft(s: Settings): Draft {
     maxTokens: String(s.sampling.maxTokens),
     seed: s.sampling.seed == null ? "" : String(s.sampling.seed),
     backend: s.backend,
+    diskCacheMib: String(s.diskCacheMib),
   };
 }
 
@@ -82,6 +84,7 @@ export function fromDraft(d: Draft): Settings {
       seed: parseNumberInput(d.seed),
     },
     backend: d.backend,
+    diskCacheMib: num(d.diskCacheMib),
   };
 }
 
@@ -380,6 +383,30 @@ export function SettingsView() {
                   </button>
                 ))}
               </span>
+            </Field>
+            <Field
+              label="Disk space for saved caches"
+              hint="Chats' KV caches are kept on disk so a long document is not re-read after a restart; the least recently used go first. 0 keeps none."
+              error={errors.diskCacheMib}
+              errorTestId="disk-cache-error"
+            >
+              <NumberInput
+                value={draft.diskCacheMib}
+                onInput={(v) => set("diskCacheMib", v)}
+                testId="disk-cache-input"
+                label="Disk space for saved caches"
+                step={512}
+                min={LIMITS.diskCacheMib.min}
+                max={LIMITS.diskCacheMib.max}
+                invalid={!!errors.diskCacheMib}
+                width="110px"
+              />
+              <span class="unit">MiB</span>
+              {!errors.diskCacheMib && (
+                <span class="muted small" data-testid="disk-cache-size">
+                  {candidate.diskCacheMib === 0 ? "nothing kept on disk" : `up to ${formatBytes(candidate.diskCacheMib * 1024 * 1024)}`}
+                </span>
+              )}
             </Field>
           </div>
           <div class="cache-summary">

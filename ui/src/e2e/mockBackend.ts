@@ -11,6 +11,7 @@ import type {
   Chat,
   ChatSummary,
   CommandError,
+  DiskCacheEvent,
   DocumentInfo,
   DownloadProgress,
   GenerationStarted,
@@ -43,6 +44,10 @@ export interface MockControl {
   autoStats: boolean;
   /** Paths `pick_documents` returns. */
   pickResult: string[];
+  /** What the model dialog of `add_local_model` returns: a `.gguf` file (`file`) or a model
+   * folder (`folder`); null = the dialog was cancelled. A file not ending in `.gguf`, or a
+   * folder whose name contains "empty", is rejected as the back end rejects a non-model. */
+  modelPick: { file: string | null; folder: string | null };
   /** Keep prefill jobs from finishing (they stop at `prefillHoldAt` of the total). */
   holdPrefill: boolean;
   prefillHoldAt: number;
@@ -71,6 +76,7 @@ const DEFAULT_SETTINGS: Settings = {
   contextLength: 32768,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
+  diskCacheMib: 2048,
 };
 // The saved settings start as a user's from before KIVI+ (plain KIVI), so that the tests
 // see the KIVI+ controls change something.
@@ -88,6 +94,8 @@ interface ChatRecord {
   chat: Chat;
   cacheTokens: number;
   cacheConfig: CacheConfig | null;
+  /** The chat's cache file: last written or read back (null: neither since the mock started). */
+  diskCache: DiskCacheEvent | null;
 }
 const chats = new Map<string, ChatRecord>();
 
@@ -150,7 +158,16 @@ function snapshot(): StatsSnapshot {
     systemMemoryUsedBytes: 9.4 * GiB + b.held,
     systemMemoryTotalBytes: 16 * GiB,
     deviceMemoryBytes: null,
+    diskCache: rec?.diskCache ? { ...rec.diskCache } : null,
   };
+}
+
+/** The chat's cache as the back end writes it to disk when the chat goes idle (about
+ * 1.5 GiB/s); null when there is nothing to keep (no cache, or `diskCacheMib` is 0). */
+function savedToDisk(rec: ChatRecord): DiskCacheEvent | null {
+  if (!rec.cacheConfig || rec.cacheTokens === 0 || settings.diskCacheMib === 0) return null;
+  const bytes = kvBytes(rec.cacheTokens, rec.cacheConfig).held + 64 * 1024;
+  return { action: "saved", bytes, tokens: rec.cacheTokens, seconds: bytes / (1.5 * GiB) };
 }
 
 function summary(c: Chat): ChatSummary {
@@ -262,7 +279,10 @@ function seed(): void {
   const u2 = msg(c1.id, "user", "And what about the Spouter-Inn?", "complete", t0 + 500_000);
   const a2 = msg(c1.id, "assistant", "The Spouter-Inn is where Ishmael spends his first night in New Bedford. He describes a", "interrupted", t0 + 501_000);
   c1.messages.push(u1, a1, u2, a2);
-  chats.set(c1.id, { chat: c1, cacheTokens: 8474, cacheConfig: { ...settings.cache } });
+  // As after a restart: the chat's cache was read back from disk when it was opened.
+  const c1Cache = { ...settings.cache };
+  const c1Bytes = kvBytes(8474, c1Cache).held + 64 * 1024;
+  chats.set(c1.id, { chat: c1, cacheTokens: 8474, cacheConfig: c1Cache, diskCache: { action: "restored", bytes: c1Bytes, tokens: 8474, seconds: 0.21 } });
 
   const t1 = now() - 2 * 86_400_000;
   const c2: Chat = {
@@ -282,7 +302,7 @@ function seed(): void {
   const a3 = msg(c2.id, "assistant", "Because `&mut` is an **exclusive** borrow:\n\n```rust\nlet mut v = vec![1, 2, 3];\nlet a = &mut v;\nlet b = &mut v; // error[E0499]\na.push(4);\n```\n\nUse one borrow at a time, or split the slice with `split_at_mut`.", "complete", t1 + 2000);
   a3.stats = statsFor(96, 220, { mode: "fp16", kBits: 4, vBits: 4, groupSize: 64, residualLength: 128, sinks: 0, rotation: false });
   c2.messages.push(u3, a3);
-  chats.set(c2.id, { chat: c2, cacheTokens: 0, cacheConfig: null });
+  chats.set(c2.id, { chat: c2, cacheTokens: 0, cacheConfig: null, diskCache: null });
   statsChatId = c1.id;
 }
 
@@ -357,6 +377,23 @@ downloads.set("mlx-community/Qwen2.5-7B-Instruct-4bit", {
 });
 let modelStatus: ModelStatus = { modelId: activeModelId, name: models[0]!.name, state: "ready", progress: null, error: null };
 
+/** A model file or folder the user added, as `add_local_model` lists it (id `local:<path>`). */
+function localModel(path: string, folder: boolean): ModelInfo {
+  const base = path.replace(/[\\/]+$/, "").split(/[\\/]/).pop() ?? path;
+  return {
+    id: `local:${path}`,
+    name: folder ? base : base.replace(/\.gguf$/, ""),
+    source: "local",
+    recommended: false,
+    availability: "ready",
+    sizeBytes: folder ? 0.72 * GiB : 0.46 * GiB,
+    memoryEstimateBytes: null,
+    fitsInMemory: null,
+    contextLength: null,
+    download: null,
+  };
+}
+
 function modelOut(m: ModelInfo): ModelInfo {
   const d = downloads.get(m.id) ?? null;
   return { ...m, download: d && d.state !== "completed" && d.state !== "cancelled" ? structuredClone(d) : null };
@@ -380,6 +417,7 @@ const control: MockControl = {
   tokenDelayMs: 25,
   autoStats: true,
   pickResult: ["/home/me/Documents/quarterly-report.md"],
+  modelPick: { file: "/home/user/models/Qwen2.5-0.5B-Instruct-Q4_K_M.gguf", folder: "/home/user/models/SmolLM2-360M-Instruct" },
   holdPrefill: false,
   prefillHoldAt: 0.46,
   failNext(cmd, error) {
@@ -460,6 +498,7 @@ function ensureCache(rec: ChatRecord): void {
   if (!rec.cacheConfig || !sameCache(rec.cacheConfig, settings.cache)) {
     rec.cacheConfig = { ...settings.cache };
     rec.cacheTokens = 0;
+    rec.diskCache = null;
     for (const d of rec.chat.documents) d.prefilled = false;
   }
 }
@@ -498,7 +537,11 @@ async function finish(job: Job, answer: Message, status: Message["status"], gene
   answer.status = status;
   answer.stats = statsFor(generated, prompt, settings.cache);
   const rec = chats.get(job.chatId);
-  if (rec) rec.chat.updatedAt = now();
+  if (rec) {
+    rec.chat.updatedAt = now();
+    // The chat goes idle: its cache is written to disk.
+    rec.diskCache = savedToDisk(rec) ?? rec.diskCache;
+  }
   await emit("chat-done", { chatId: job.chatId, generationId: job.id, message: structuredClone(answer) });
   void pushStats();
 }
@@ -633,7 +676,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
         documents: [],
         cache: { config: null, tokens: 0 },
       };
-      const rec = { chat, cacheTokens: 0, cacheConfig: null };
+      const rec: ChatRecord = { chat, cacheTokens: 0, cacheConfig: null, diskCache: null };
       chats.set(chat.id, rec);
       return chatOut(rec);
     }
@@ -658,6 +701,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       rec.chat.systemPrompt = String(a.systemPrompt ?? "");
       rec.cacheConfig = null;
       rec.cacheTokens = 0;
+      rec.diskCache = null;
       for (const d of rec.chat.documents) d.prefilled = false;
       setTimeout(() => void pushStats(), 0);
       return chatOut(rec);
@@ -738,6 +782,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       rec.chat.documents = rec.chat.documents.filter((d) => d.id !== a.documentId);
       rec.cacheConfig = null;
       rec.cacheTokens = 0;
+      rec.diskCache = null;
       setTimeout(() => void pushStats(), 0);
       return null;
     }
@@ -837,15 +882,40 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       if (m) m.availability = "notDownloaded";
       return null;
     }
+    case "add_local_model": {
+      const folder = a.folder === true;
+      const path = folder ? control.modelPick.folder : control.modelPick.file;
+      if (path == null) return null;
+      const why = folder ? (/empty/i.test(path) ? "holds no model the app can load" : null) : /\.gguf$/i.test(path) ? null : "is not a GGUF file";
+      if (why) fail("invalidArgument", `${path} ${why}. Pick a .gguf file, or a folder with config.json and .safetensors weights.`, "path");
+      const known = models.find((x) => x.id === `local:${path}`);
+      if (known) return modelOut(known);
+      // Listed after the built-in and the other local models (not activated).
+      const m = localModel(path, folder);
+      let at = 0;
+      models.forEach((x, i) => {
+        if (x.source !== "hub") at = i + 1;
+      });
+      models.splice(at, 0, m);
+      return modelOut(m);
+    }
     case "delete_model": {
       const m = models.find((x) => x.id === a.modelId);
-      if (!m || m.source === "builtin") fail("invalidArgument", "The built-in model cannot be deleted.");
-      if (m.id === activeModelId) fail("busy", "This model is in use. Switch to another model first.");
+      if (m?.source === "local") {
+        // Leaves the list only; the file stays.
+        if (m.id === activeModelId) fail("busy", "This model is in use. Switch to another model first, then remove it.");
+        models.splice(models.indexOf(m), 1);
+        return null;
+      }
+      if (typeof a.modelId === "string" && a.modelId.startsWith("local:")) fail("notFound", `${a.modelId.slice(6)} is not in the list of models.`);
+      if (!m || m.source === "builtin") fail("invalidArgument", "The built-in model ships with KIVI Chat and cannot be deleted.");
+      if (m.id === activeModelId) fail("busy", "This model is in use. Switch to another model first, then delete it.");
       m.availability = "notDownloaded";
       return null;
     }
     case "set_active_model": {
       const m = models.find((x) => x.id === a.modelId && x.availability === "ready");
+      if (!m && typeof a.modelId === "string" && a.modelId.startsWith("local:")) fail("notFound", `${a.modelId.slice(6)} is no longer there. Add the model again from its new place.`);
       if (!m) fail("notFound", "That model is not downloaded yet.");
       activeModelId = m.id;
       for (const rec of chats.values()) {
@@ -916,6 +986,18 @@ export function installMockBackend(options: { scenario?: string } = {}): MockCon
     { shouldMockEvents: true },
   );
   if (options.scenario !== "empty") seed();
+  if (options.scenario === "no-builtin") {
+    // An installed app without the bundled model file: the built-in model is "not installed".
+    const b = models[0]!;
+    Object.assign(b, { availability: "notDownloaded", sizeBytes: null, memoryEstimateBytes: null, fitsInMemory: null });
+    modelStatus = {
+      modelId: activeModelId,
+      name: b.name,
+      state: "failed",
+      progress: null,
+      error: "The model file is missing: /opt/kivi-chat/models/SmolLM2-135M-Instruct-Q4_1.gguf does not exist. Reinstall KIVI Chat (or set KIVI_MODEL to a .gguf file), or download another model in Models.",
+    };
+  }
   if (options.scenario === "no-model") modelStatus = { modelId: activeModelId, name: models[0]!.name, state: "failed", progress: null, error: "The weights file is damaged (checksum mismatch). Delete the model and download it again." };
   window.__kiviMock = control;
   statsLoop();

@@ -14,6 +14,8 @@ export const LIMITS = {
   repetitionPenalty: { min: 1, max: 2 },
   maxTokens: { min: 1, max: 32_768 },
   seed: { min: 0, max: 4_294_967_295 },
+  /** MiB of disk for the chats' saved KV caches (0 keeps none; at most 1 TiB). */
+  diskCacheMib: { min: 0, max: 1_048_576 },
   port: { min: 1024, max: 65_535 },
 } as const;
 
@@ -32,7 +34,8 @@ export type SettingsField =
   | "sampling.repetitionPenalty"
   | "sampling.maxTokens"
   | "sampling.seed"
-  | "backend";
+  | "backend"
+  | "diskCacheMib";
 
 /** The names the engine parses: auto, host, mlx-cpu[-dtype], mlx-gpu[-dtype]. */
 const BACKEND_NAME = /^(auto|host(-f32)?|mlx-(cpu|gpu)(-(f32|f16|bf16))?)$/;
@@ -84,6 +87,10 @@ export function validateSettings(s: Settings): SettingsErrors {
   if (sampling.seed !== null) range("sampling.seed", sampling.seed, LIMITS.seed, "Seed", true);
   if (!BACKEND_NAME.test(s.backend)) {
     e.backend = "Backend must be auto, host, or mlx-cpu / mlx-gpu with -f32, -f16 or -bf16.";
+  }
+  const disk = s.diskCacheMib;
+  if (!isInt(disk) || disk < LIMITS.diskCacheMib.min || disk > LIMITS.diskCacheMib.max) {
+    e.diskCacheMib = "Disk space for saved caches must be a whole number of MiB from 0 to 1048576 (0 keeps none).";
   }
   return e;
 }

@@ -5,6 +5,7 @@ import type {
   DownloadProgress,
   ExportFormat,
   Id,
+  ModelInfo,
   ModelsOverview,
   ModelStatus,
   ServerStatus,
@@ -14,6 +15,7 @@ import type {
 import { baseName, isSupportedDocument } from "../api/documents";
 import * as logic from "../lib/chatLogic";
 import { sameCache } from "../lib/kivi";
+import { isLocalModelId, withModel } from "../lib/models";
 import type { ChatView } from "../lib/chatLogic";
 import { Store, useSelector } from "./store";
 import { statsHistory } from "./statsHistory";
@@ -558,13 +560,38 @@ export async function refreshModels(): Promise<void> {
   }
 }
 
-export async function activateModel(modelId: string): Promise<void> {
+/** Switches to a ready model (it loads in the background); false when that failed. */
+export async function activateModel(modelId: string): Promise<boolean> {
   try {
     const status = await models.setActiveModel(modelId);
     store.set((s) => ({ modelStatus: status, models: s.models ? { ...s.models, activeModelId: modelId } : s.models }));
+    return true;
   } catch (e) {
     reportError("Could not switch the model", e);
+    return false;
   }
+}
+
+/**
+ * "Add a model": a native dialog picks a `.gguf` file or (`folder`) a model folder; the model
+ * joins the list (the file stays where it is) and becomes the active one. Resolves to the
+ * added model, or null when the dialog was cancelled or adding failed (the error is shown).
+ */
+export async function addLocalModel(folder: boolean): Promise<ModelInfo | null> {
+  let added: ModelInfo | null;
+  try {
+    added = await models.addLocalModel(folder);
+  } catch (e) {
+    reportError(folder ? "Could not add the model folder" : "Could not add the model file", e);
+    return null;
+  }
+  if (!added) return null;
+  const model = added;
+  // Listed at once, even if the refresh below fails.
+  store.set((s) => (s.models ? { models: withModel(s.models, model) } : {}));
+  await refreshModels();
+  if (await activateModel(model.id)) toast("success", "Model added", `${model.name} is loading.`);
+  return model;
 }
 
 export async function downloadAction(kind: "download" | "pause" | "resume" | "cancel", repoId: string): Promise<void> {
@@ -601,12 +628,13 @@ export async function saveHubToken(token: string | null) {
   return models.setHubToken(token);
 }
 
+/** Deletes a downloaded model's files; a local model only leaves the list (its file stays). */
 export async function deleteModel(modelId: string): Promise<void> {
   try {
     await models.deleteModel(modelId);
     await refreshModels();
   } catch (e) {
-    reportError("Could not delete the model", e);
+    reportError(isLocalModelId(modelId) ? "Could not remove the model from the list" : "Could not delete the model", e);
   }
 }
 

@@ -13,14 +13,13 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import { remote } from "webdriverio";
+import { type Browser, invoke, sel, texts } from "./support";
 
 const ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
 const APP = process.env.KIVI_APP ?? join(ROOT, "target", "debug", "kivi-chat");
 const SHOTS = process.env.KIVI_SCREENSHOTS ?? join(ROOT, "artifacts", "screenshots");
 const DRIVER_PORT = Number(process.env.TAURI_DRIVER_PORT ?? 4444);
 const QUESTION = "What is the capital of France?";
-
-type Browser = Awaited<ReturnType<typeof remote>>;
 
 let browser: Browser | null = null;
 
@@ -46,28 +45,9 @@ async function close(): Promise<void> {
 
 afterAll(close);
 
-const sel = (id: string) => `[data-testid="${id}"]`;
-
-/** The text of every element matching `selector` (WebKitWebDriver's getText() is unreliable). */
-async function texts(b: Browser, selector: string): Promise<string[]> {
-  return b.execute((s: string) => [...document.querySelectorAll(s)].map((e) => (e.textContent ?? "").trim()), selector);
-}
-
 /** The text of the first element with this test id ("" when there is none). */
 async function text(b: Browser, id: string): Promise<string> {
   return (await texts(b, sel(id)))[0] ?? "";
-}
-
-/** Calls a command through the app's own IPC (read-only checks; the UI does the work). */
-async function invoke<T>(b: Browser, cmd: string, args: Record<string, unknown> = {}): Promise<T> {
-  return b.executeAsync(
-    (c: string, a: Record<string, unknown>, done: (v: unknown) => void) => {
-      const w = window as unknown as { __TAURI_INTERNALS__: { invoke: (c: string, a: unknown) => Promise<unknown> } };
-      w.__TAURI_INTERNALS__.invoke(c, a).then(done, (e: unknown) => done({ __error: e }));
-    },
-    cmd,
-    args,
-  ) as Promise<T>;
 }
 
 async function waitReady(b: Browser): Promise<void> {

@@ -86,3 +86,113 @@ describe("model manager", () => {
     expect(dl?.args).toEqual({ repoId: "mlx-community/Llama-3.2-1B-Instruct-4bit" });
   });
 });
+
+describe("models on this computer", () => {
+  const GGUF = "/home/user/models/Qwen2.5-0.5B-Instruct-Q4_K_M.gguf";
+  const FOLDER = "/home/user/models/SmolLM2-360M-Instruct";
+  const BUILTIN = "builtin/SmolLM2-135M-Instruct-Q4_1";
+
+  it("adds a .gguf file: listed with a Local badge and its path, and it becomes the active model", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-models"));
+    await page.locator(tid("models-view")).waitFor();
+    expect(await page.locator(tid("no-model-hint")).count()).toBe(0);
+    await page.click(tid("add-model-file"));
+    const local = page.locator(`${tid("installed-models")} ${card(`local:${GGUF}`)}`);
+    await local.waitFor();
+    expect(await local.locator(tid("model-local-badge")).textContent()).toBe("Local");
+    expect(await local.locator(tid("model-path")).textContent()).toBe(GGUF);
+    expect(await local.locator("strong").textContent()).toBe("Qwen2.5-0.5B-Instruct-Q4_K_M");
+    // Listed right after the built-in model.
+    const ids = await page.locator(`${tid("installed-models")} ${tid("model-card")}`).evaluateAll((els) => els.map((e) => e.getAttribute("data-model-id")));
+    expect(ids).toEqual([BUILTIN, `local:${GGUF}`]);
+    // Added and used: it loads and becomes the active model.
+    await page.waitForSelector(`${card(`local:${GGUF}`)}.active`);
+    await page.waitForFunction(() => /Active: Qwen2.5-0.5B-Instruct-Q4_K_M/.test(document.querySelector('[data-testid="models-view"] .page-head')?.textContent ?? ""));
+    expect(await local.textContent()).toMatch(/Active/);
+    expect(await local.locator(tid("model-use")).count()).toBe(0);
+    expect(await local.locator(tid("model-remove")).count()).toBe(0);
+    await page.locator(tid("toast-success")).filter({ hasText: "Model added" }).waitFor();
+    const cmds = (await mockCalls(page)).filter((c) => c.cmd === "add_local_model" || c.cmd === "set_active_model");
+    expect(cmds).toEqual([
+      { cmd: "add_local_model", args: { folder: false } },
+      { cmd: "set_active_model", args: { modelId: `local:${GGUF}` } },
+    ]);
+  });
+
+  it("adds a model folder, uses another model, and removes a local one from the list", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-models"));
+    await page.click(tid("add-model-file"));
+    await page.waitForSelector(`${card(`local:${GGUF}`)}.active`);
+    await page.click(tid("add-model-folder"));
+    const folder = page.locator(card(`local:${FOLDER}`));
+    await page.waitForSelector(`${card(`local:${FOLDER}`)}.active`);
+    expect(await folder.locator("strong").textContent()).toBe("SmolLM2-360M-Instruct");
+    expect(await folder.locator(tid("model-local-badge")).isVisible()).toBe(true);
+
+    // The file is no longer active: it can be used again, or removed from the list.
+    const file = page.locator(card(`local:${GGUF}`));
+    await file.locator(tid("model-use")).waitFor();
+    expect(await file.locator(tid("model-remove")).textContent()).toMatch(/Remove from list/);
+    expect(await file.locator(tid("model-delete")).count()).toBe(0);
+    await file.locator(tid("model-remove")).click();
+    await page.waitForSelector(card(`local:${GGUF}`), { state: "detached" });
+
+    // Back to the built-in model; then the folder can go too.
+    await page.locator(card(BUILTIN)).locator(tid("model-use")).click();
+    await page.waitForSelector(`${card(BUILTIN)}.active`);
+    await folder.locator(tid("model-remove")).click();
+    await page.waitForSelector(card(`local:${FOLDER}`), { state: "detached" });
+    const removed = (await mockCalls(page)).filter((c) => c.cmd === "delete_model").map((c) => c.args);
+    expect(removed).toEqual([{ modelId: `local:${GGUF}` }, { modelId: `local:${FOLDER}` }]);
+  });
+
+  it("shows why a picked file is not a model, and a cancelled dialog changes nothing", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-models"));
+    await page.evaluate(() => {
+      window.__kiviMock.modelPick.file = "/home/user/notes.txt";
+    });
+    await page.click(tid("add-model-file"));
+    const toast = page.locator(tid("toast-error"));
+    await toast.waitFor();
+    expect(await toast.textContent()).toMatch(/Could not add the model file.*notes\.txt is not a GGUF file\. Pick a \.gguf file, or a folder with config\.json and \.safetensors weights\./);
+    await page.evaluate(() => {
+      window.__kiviMock.modelPick.folder = null;
+    });
+    await page.click(tid("add-model-folder"));
+    await page.waitForFunction(() => window.__kiviMock.calls.filter((c) => c.cmd === "add_local_model").length === 2);
+    await expect(page.locator(tid("add-model-folder")).isEnabled()).resolves.toBe(true);
+    expect(await page.locator(`${tid("installed-models")} ${tid("model-card")}`).count()).toBe(1);
+    expect((await mockCalls(page)).some((c) => c.cmd === "set_active_model")).toBe(false);
+  });
+
+  it("without the bundled model: the built-in one is 'Not installed', with no download, and adding a file is the way in", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "no-builtin" } });
+    const { page } = app;
+    await page.click(tid("nav-models"));
+    const hint = page.locator(tid("no-model-hint"));
+    await hint.waitFor();
+    expect(await hint.textContent()).toMatch(/Add a .gguf file or a model folder, or download one below\./);
+    const builtin = page.locator(`${tid("installed-models")} ${card(BUILTIN)}`);
+    expect(await builtin.getAttribute("data-availability")).toBe("notDownloaded");
+    expect(await builtin.locator(tid("model-unavailable")).textContent()).toMatch(/Not installed/);
+    expect(await builtin.locator(tid("model-download")).count()).toBe(0);
+    expect(await builtin.locator(tid("model-use")).count()).toBe(0);
+    expect(await builtin.textContent()).not.toMatch(/Active|Built in · works offline/);
+    // The built-in model is not among the downloads either.
+    expect(await page.locator(`${tid("recommended-models")} ${card(BUILTIN)}`).count()).toBe(0);
+    // "Add model file…" is the prominent action.
+    expect(await page.locator(tid("add-model-file")).getAttribute("class")).toMatch(/\bprimary\b/);
+    expect(await page.locator(tid("add-model-folder")).getAttribute("class")).not.toMatch(/\bprimary\b/);
+
+    await page.click(tid("add-model-file"));
+    await page.waitForSelector(`${card(`local:${GGUF}`)}.active`);
+    await hint.waitFor({ state: "detached" });
+    expect(await page.locator(tid("add-model-file")).getAttribute("class")).not.toMatch(/\bprimary\b/);
+  });
+});

@@ -42,6 +42,7 @@ function snapshot(t: number, patch: Partial<StatsSnapshot>): StatsSnapshot {
     systemMemoryUsedBytes: 8192 * MiB,
     systemMemoryTotalBytes: 16384 * MiB,
     deviceMemoryBytes: 900 * MiB,
+    diskCache: null,
     ...patch,
   };
 }
@@ -181,6 +182,57 @@ describe("live panel", () => {
     expect(await text(app, "residual-sinks")).toBe("16 sinks");
     expect(await text(app, "residual-text")).toBe(`${snap.residualTokens} / 159 tokens in full precision`);
     expect(await text(app, "stat-cache-config")).toMatch(/· S16 · rotated/);
+  });
+
+  it("says when the chat's cache was restored from or saved to disk", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    const t0 = Date.now() + 10_000;
+    // No save or read since the app started: no line.
+    await page.evaluate((s) => window.__kiviMock.emit("stats", s), snapshot(t0, { diskCache: null }));
+    await page.waitForFunction(() => document.querySelector('[data-testid="stat-held-bytes"]')?.textContent === "20.0 MiB");
+    expect(await page.locator(tid("disk-cache-line")).count()).toBe(0);
+
+    // Opened after a restart: the cache was read back from disk.
+    await page.evaluate(
+      (s) => window.__kiviMock.emit("stats", s),
+      snapshot(t0 + 100, { phase: "idle", diskCache: { action: "restored", bytes: 12.3 * MiB, tokens: 8474, seconds: 0.2 } }),
+    );
+    await page.locator(tid("disk-cache-line")).waitFor();
+    expect(await text(app, "disk-cache-line")).toBe("Restored from disk · 12.3 MiB · 200 ms");
+    expect(await page.getAttribute(tid("disk-cache-line"), "data-action")).toBe("restored");
+    expect(await page.getAttribute(tid("disk-cache-line"), "title")).toMatch(/^8,474 tokens\. .*without re-reading the documents/);
+
+    // Later written again when the chat went idle.
+    await page.evaluate(
+      (s) => window.__kiviMock.emit("stats", s),
+      snapshot(t0 + 200, { phase: "idle", diskCache: { action: "saved", bytes: 12.5 * MiB, tokens: 8600, seconds: 0.05 } }),
+    );
+    await page.waitForFunction(() => document.querySelector('[data-testid="disk-cache-line"]')?.getAttribute("data-action") === "saved");
+    expect(await text(app, "disk-cache-line")).toBe("Saved to disk · 12.5 MiB · 50 ms");
+
+    // Another chat without a file: the line goes.
+    await page.evaluate((s) => window.__kiviMock.emit("stats", s), snapshot(t0 + 300, { chatId: "chat-rust", diskCache: null }));
+    await page.waitForSelector(tid("disk-cache-line"), { state: "detached" });
+  });
+
+  it("shows the mock back end's restored cache, then its save after an answer", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.tokenDelayMs = 5;
+    });
+    const snap = await page.evaluate(() => window.__kiviMock.snapshot());
+    expect(snap.diskCache?.action).toBe("restored");
+    await page.waitForFunction(() => document.querySelector('[data-testid="disk-cache-line"]')?.getAttribute("data-action") === "restored");
+    expect(await text(app, "disk-cache-line")).toMatch(/^Restored from disk · [\d.]+ [KM]iB · 210 ms$/);
+    await page.fill(tid("composer-input"), "Go on");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.querySelector('[data-testid="disk-cache-line"]')?.getAttribute("data-action") === "saved", undefined, { timeout: 30_000 });
+    expect(await text(app, "disk-cache-line")).toMatch(/^Saved to disk · [\d.]+ [KM]iB · [\d.]+ ms$/);
   });
 
   it("stays responsive under a burst of events and shows the latest one", async () => {

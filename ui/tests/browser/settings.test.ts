@@ -12,6 +12,8 @@ afterEach(async () => {
   app = null;
 });
 
+const text = (page: AppPage["page"], id: string) => page.locator(tid(id)).textContent();
+
 describe("settings", () => {
   it("rejects a residual length that is not a multiple of the group size, and saves a good one", async () => {
     app = await openApp(env.browser, env.url);
@@ -147,6 +149,46 @@ describe("settings", () => {
     await page.locator(tid("toast-error")).waitFor();
     expect(await page.locator(tid("toast-error")).textContent()).toMatch(/needs a GPU/);
     expect((await page.evaluate(() => window.__kiviMock.settings())).backend).toBe("mlx-cpu-f16");
+  });
+
+  it("validates and saves the disk space for saved caches without resetting the caches", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    const cache = page.locator(tid("settings-cache"));
+    expect(await page.inputValue(tid("disk-cache-input"))).toBe("2048");
+    expect(await text(page, "disk-cache-size")).toBe("up to 2.00 GiB");
+    expect(await cache.textContent()).toContain("Chats' KV caches are kept on disk so a long document is not re-read after a restart; the least recently used go first. 0 keeps none.");
+
+    const msg = "Disk space for saved caches must be a whole number of MiB from 0 to 1048576 (0 keeps none).";
+    for (const bad of ["-1", "1048577", "1.5", "lots", ""]) {
+      await page.fill(tid("disk-cache-input"), bad);
+      await page.locator(tid("disk-cache-error")).waitFor();
+      expect(await text(page, "disk-cache-error"), bad).toBe(msg);
+      expect(await page.getAttribute(tid("disk-cache-input"), "aria-invalid")).toBe("true");
+      await expect(page.locator(tid("settings-save")).isDisabled()).resolves.toBe(true);
+    }
+
+    // 0 keeps none; a disk limit alone is not a cache change.
+    await page.fill(tid("disk-cache-input"), "0");
+    await page.waitForSelector(tid("disk-cache-error"), { state: "detached" });
+    expect(await text(page, "disk-cache-size")).toBe("nothing kept on disk");
+    expect(await page.locator(tid("cache-change-notice")).count()).toBe(0);
+    expect(await page.locator(tid("settings-save")).textContent()).toBe("Save");
+
+    await page.fill(tid("disk-cache-input"), "8192");
+    expect(await text(page, "disk-cache-size")).toBe("up to 8.00 GiB");
+    await page.click(tid("settings-save"));
+    await page.locator(tid("toast-success")).waitFor();
+    expect(await page.locator(tid("toast-info")).count()).toBe(0);
+    const update = (await mockCalls(page)).filter((c) => c.cmd === "update_settings").pop();
+    expect((update?.args.settings as { diskCacheMib: unknown }).diskCacheMib).toBe(8192);
+    expect((await page.evaluate(() => window.__kiviMock.settings())).diskCacheMib).toBe(8192);
+    expect(await text(page, "settings-state")).toMatch(/All changes saved/);
+
+    // Restore defaults brings back 2048.
+    await page.click(tid("settings-defaults"));
+    await page.waitForFunction(() => (document.querySelector('[data-testid="disk-cache-input"]') as HTMLInputElement | null)?.value === "2048");
   });
 
   it("validates sampling fields and reverts", async () => {

@@ -5,6 +5,7 @@
 /** @vitest-environment jsdom */
 import ipcMd from "../../IPC.md?raw";
 import typesTs from "../../src/api/types.ts?raw";
+import validateTs from "../../src/lib/validate.ts?raw";
 import { readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -12,6 +13,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
 import { chats, documents, messages, models, server, settings, stats, system, ApiError, toApiError, EVENT_NAMES } from "../../src/api";
 import type { Settings } from "../../src/api/types";
+import { validateSettings } from "../../src/lib/validate";
 
 
 /** Documented commands → argument names, from "#### `name`" headings and their "- args:" line. */
@@ -61,6 +63,7 @@ const SETTINGS: Settings = {
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 512, seed: null },
   backend: "auto",
+  diskCacheMib: 2048,
 };
 
 /** Calls every wrapper once. */
@@ -91,6 +94,7 @@ async function callEveryWrapper(): Promise<void> {
   await models.cancelDownload("a/b");
   await models.deleteModel("a/b");
   await models.setActiveModel("a/b");
+  await models.addLocalModel(true);
   await models.getModelStatus();
   await models.getHubTokenStatus();
   await models.setHubToken("hf_x");
@@ -154,6 +158,8 @@ describe("the types on both sides", () => {
     ["GenerationStats", "GenerationStats", "store/types.rs"],
     ["ChatCacheInfo", "ChatCacheInfo", "store/types.rs"],
     ["StatsSnapshot", "StatsSnapshot", "types.rs"],
+    ["DiskCacheEvent", "DiskCacheEvent", "types.rs"],
+    ["ModelInfo", "ModelInfo", "types.rs"],
   ];
   for (const [ts, rustName, file] of pairs) {
     it(`${ts}: the same fields in types.ts, IPC.md and Rust's ${rustName}`, () => {
@@ -163,6 +169,20 @@ describe("the types on both sides", () => {
       expect(rustFields(rust(file), rustName), `src-tauri/src/${file}`).toEqual(fields);
     });
   }
+
+  it("ModelSource has the same members in types.ts, IPC.md and Rust (local models included)", () => {
+    const union = (text: string) => {
+      const m = /type ModelSource = ([^;]+);/.exec(text);
+      if (!m) throw new Error("type ModelSource not found");
+      return [...m[1]!.matchAll(/"(\w+)"/g)].map((x) => x[1]!);
+    };
+    const variants = [...block(rust("types.rs"), /pub enum ModelSource \{/, "enum ModelSource").matchAll(/^ {4}([A-Z]\w*),/gm)].map(
+      (x) => x[1]!.charAt(0).toLowerCase() + x[1]!.slice(1),
+    );
+    expect(union(typesTs)).toEqual(["builtin", "hub", "local"]);
+    expect(union(ipcMd), "IPC.md").toEqual(union(typesTs));
+    expect(variants, "src-tauri/src/types.rs").toEqual(union(typesTs));
+  });
 
   it("the KIVI+ fields are in the contract", () => {
     expect(tsFields(typesTs, "CacheConfig")).toEqual(expect.arrayContaining(["sinks", "rotation"]));
@@ -174,11 +194,28 @@ describe("the types on both sides", () => {
   });
 
   it("the validation rules name the same fields and say the same thing", () => {
-    const settingsRs = rust("store/settings.rs");
-    const rustRules = [...settingsRs.matchAll(/"(cache\.\w+|contextLength|sampling\.\w+)"/g)].map((m) => m[1]!);
+    // Rust's string continuations (`\` at the end of a line) joined, as the compiler does.
+    const settingsRs = rust("store/settings.rs").replace(/\\\n\s*/g, "");
+    const rustRules = [...settingsRs.matchAll(/"(cache\.\w+|contextLength|sampling\.\w+|diskCacheMib)"/g)].map((m) => m[1]!);
     expect(rustRules).toContain("cache.sinks");
     expect(settingsRs).toContain(`"Sink tokens must be 0, 4 or 16."`);
     expect(ipcMd).toMatch(/\| `cache\.sinks` \| 0, 4 or 16 \|/);
+    // Every field Rust checks is checked (and documented) here too.
+    for (const field of new Set(rustRules)) {
+      expect(validateTs, `validate.ts checks ${field}`).toContain(`"${field}"`);
+      expect(ipcMd, `IPC.md documents ${field}`).toContain(`\`${field}\``);
+    }
+    const disk = "Disk space for saved caches must be a whole number of MiB from 0 to 1048576 (0 keeps none).";
+    expect(rustRules).toContain("diskCacheMib");
+    expect(settingsRs).toContain(`"${disk}"`);
+    expect(validateSettings({ ...SETTINGS, diskCacheMib: 1_048_577 }).diskCacheMib).toBe(disk);
+    expect(ipcMd).toMatch(/\| `diskCacheMib` \| integer, 0 ≤ n ≤ 1048576 /);
+  });
+
+  it("settings saved before diskCacheMib read as 2048", () => {
+    const settingsTypes = block(rust("store/types.rs"), /pub struct Settings \{/, "Settings");
+    expect(settingsTypes).toMatch(/#\[serde\(default = "default_disk_cache_mib"\)\]\s*pub disk_cache_mib: u32/);
+    expect(rust("store/types.rs")).toMatch(/pub const DEFAULT_DISK_CACHE_MIB: u32 = 2048;/);
   });
 });
 

@@ -7,6 +7,7 @@ const base = (): Settings => ({
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
+  diskCacheMib: 2048,
 });
 
 const withCache = (patch: Partial<Settings["cache"]>): Settings => ({ ...base(), cache: { ...base().cache, ...patch } });
@@ -96,6 +97,17 @@ describe("validateSettings", () => {
     expect(validateSettings(withSampling({ seed: -1 }))["sampling.seed"]).toBeDefined();
     expect(validateSettings(withSampling({ seed: 2 ** 32 }))["sampling.seed"]).toBeDefined();
     expect(validateSettings(withSampling({ seed: 42 }))).toEqual({});
+  });
+
+  it("allows 0..=1048576 whole MiB of disk for saved caches, with the same message as the back end", () => {
+    const msg = "Disk space for saved caches must be a whole number of MiB from 0 to 1048576 (0 keeps none).";
+    for (const n of [0, 1, 2048, 1_048_576]) expect(validateSettings({ ...base(), diskCacheMib: n })).toEqual({});
+    for (const n of [-1, 1_048_577, 2048.5, Number.NaN, Number.POSITIVE_INFINITY]) {
+      expect(validateSettings({ ...base(), diskCacheMib: n })).toEqual({ diskCacheMib: msg });
+    }
+    // An old settings object without the field (the back end reads it as 2048) is not accepted as is.
+    const { diskCacheMib: _, ...old } = base();
+    expect(validateSettings(old as Settings).diskCacheMib).toBe(msg);
   });
 
   it("parses number inputs", () => {
