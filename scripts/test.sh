@@ -30,7 +30,7 @@ stage_shell() {
 stage_lint() {
   stage "lint: cargo fmt, clippy, import circles"
   cargo fmt --all -- --check
-  python3 scripts/import_cycles.py kernels/src engine/src cli/src
+  python3 scripts/import_cycles.py kernels/src engine/src cli/src src-tauri/src
   # The app embeds ui/dist at compile time.
   [ -f ui/dist/index.html ] || (cd ui && npm run build)
   cargo clippy --workspace --all-targets -- -D warnings

@@ -63,7 +63,7 @@ fn harness_with(dir: tempfile::TempDir, endpoint: &str) -> Harness {
         hub: kivi_engine::hub::HubConfig::new(dir.path().join("hub"), endpoint),
     };
     let app = AppState::new(store, sink.clone(), desktop.clone(), config);
-    app.start().unwrap();
+    crate::startup::start(&app).unwrap();
     Harness {
         app,
         sink,
@@ -1085,7 +1085,7 @@ fn only_the_app_commands_are_allowed_and_ipc_md_lists_them_all() {
     ] {
         v.sort();
     }
-    assert_eq!(manifest.len(), 34);
+    assert_eq!(manifest.len(), 35);
     assert_eq!(registered, manifest, "handler vs build.rs");
     assert_eq!(documented, manifest, "IPC.md vs build.rs");
     assert_eq!(allowed, expected, "capability vs build.rs");

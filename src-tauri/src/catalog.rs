@@ -348,7 +348,7 @@ fn read_config(path: &Path) -> Result<ModelConfig, CommandError> {
 /// cache; no weights are downloaded) for the architecture and the memory estimate.
 pub async fn look_up(hub: &HubConfig, repo: &RepoId) -> Result<HubFacts, CommandError> {
     let (hub, repo) = (hub.clone(), repo.clone());
-    crate::state::off_runtime(move || async move { look_up_here(&hub, &repo).await })
+    crate::runtime::off_runtime(move || async move { look_up_here(&hub, &repo).await })
         .await
         .map_err(CommandError::internal)?
 }

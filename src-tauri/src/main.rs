@@ -16,7 +16,9 @@ mod events;
 mod generation;
 mod jobs;
 mod keychain;
+mod runtime;
 mod server;
+mod startup;
 mod state;
 mod stats;
 mod store;
@@ -101,7 +103,7 @@ fn main() -> anyhow::Result<()> {
                 Arc::new(TauriDesktop(handle)),
                 config,
             );
-            state.start().context("cannot prepare the database")?;
+            crate::startup::start(&state).context("cannot prepare the database")?;
             app.manage::<App>(state);
             Ok(())
         })

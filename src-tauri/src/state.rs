@@ -11,7 +11,7 @@ use std::time::Duration;
 use kivi_engine::backend::Backend;
 use kivi_engine::hub::HubConfig;
 
-use crate::active_model::{self, ActiveModel, ModelChoice};
+use crate::active_model::{ActiveModel, ModelChoice};
 use crate::catalog::{self, Catalog};
 use crate::chat_cache::ChatCaches;
 use crate::desktop::Desktop;
@@ -20,7 +20,7 @@ use crate::downloads::Downloads;
 use crate::events::{EventSink, Events};
 use crate::jobs::Jobs;
 use crate::server::ServerSlot;
-use crate::stats::{self, LiveStats};
+use crate::stats::LiveStats;
 use crate::store::{apply_context_fit, Chat, DocumentInfo, Settings, Store};
 
 /// The state every command gets.
@@ -98,36 +98,8 @@ impl AppState {
             hub_token: Mutex::new(None),
             token_counts: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
-            id_prefix: format!("{:x}", stats::now_ms()),
+            id_prefix: format!("{:x}", crate::runtime::now_ms()),
         })
-    }
-
-    /// Start-up: answers cut off by the last quit become `interrupted`, downloads that were
-    /// running become `paused`, no document is in a cache any more; then the active model
-    /// loads in the background and statistics start ticking.
-    pub fn start(self: &Arc<Self>) -> Result<(), crate::store::StoreError> {
-        eprintln!(
-            "kivi-chat: database {}, models in {}",
-            self.store.path().display(),
-            self.config.hub.cache_dir.display()
-        );
-        let interrupted = self.store.mark_streaming_interrupted()?;
-        let paused = self.store.pause_unfinished_downloads()?;
-        self.store.clear_prefilled(None)?;
-        if interrupted + paused > 0 {
-            eprintln!(
-                "kivi-chat: {interrupted} answer(s) marked interrupted, {paused} download(s) paused"
-            );
-        }
-        let choice = self.active_choice();
-        active_model::start_loading(self, choice);
-        stats::start_ticker(self);
-        let app = self.clone();
-        tauri::async_runtime::spawn_blocking(move || match crate::keychain::load() {
-            Ok(token) => *app.hub_token.lock().unwrap_or_else(|p| p.into_inner()) = token,
-            Err(e) => eprintln!("kivi-chat: hub token: {e}"),
-        });
-        Ok(())
     }
 
     /// The model to load: the saved choice if it is still on disk, else the built-in one.
@@ -337,19 +309,4 @@ impl AppState {
 /// A rough token count for when the tokenizer is busy: ~3.5 characters per token in English.
 pub fn estimate_tokens(text: &str) -> u64 {
     (text.chars().count() as u64 * 2).div_ceil(7)
-}
-
-/// Runs a future on a blocking thread of the runtime (`Handle::block_on`) and awaits its
-/// result. For the hub's download futures: they are `Send`, but the compiler cannot prove it
-/// for their stream closures (rust-lang/rust#64552), so they cannot be spawned as tasks or be
-/// part of a command's future; this wrapper's own future is trivially `Send`.
-pub async fn off_runtime<T, Fut>(make: impl FnOnce() -> Fut + Send + 'static) -> Result<T, String>
-where
-    Fut: std::future::Future<Output = T>,
-    T: Send + 'static,
-{
-    let handle = tokio::runtime::Handle::current();
-    tauri::async_runtime::spawn_blocking(move || handle.block_on(make()))
-        .await
-        .map_err(|e| format!("a background task failed: {e}"))
 }

@@ -3,14 +3,13 @@
 //! memory. A ticker emits them 5 times a second while a model loads, prefills or decodes,
 //! and once a second when idle; state changes emit at once.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use kivi_engine::backend::{Backend, Device as BackendDevice};
 use kivi_engine::stats::{MemoryProbe, Stats};
 
 use crate::chat_cache::CacheRecord;
-use crate::state::AppState;
 use crate::store::{CacheMode, CacheSettings};
 use crate::types::{Device, Phase, StatsSnapshot};
 
@@ -147,7 +146,7 @@ impl LiveStats {
         };
         let (device, device_name) = device(&backend);
         StatsSnapshot {
-            timestamp_ms: now_ms(),
+            timestamp_ms: crate::runtime::now_ms(),
             phase: live.phase.unwrap_or(Phase::Idle),
             chat_id: live.chat_id.clone(),
             device,
@@ -185,24 +184,6 @@ struct Window {
     until_flush: Option<u64>,
 }
 
-/// Emits `stats` at 5 Hz while working and 1 Hz when idle, for the app's lifetime.
-pub fn start_ticker(app: &Arc<AppState>) {
-    let app = Arc::downgrade(app);
-    tauri::async_runtime::spawn(async move {
-        loop {
-            let Some(state) = app.upgrade() else { return };
-            let interval = if state.live.phase() == Phase::Idle {
-                IDLE_INTERVAL
-            } else {
-                BUSY_INTERVAL
-            };
-            state.emit_stats();
-            drop(state);
-            tokio::time::sleep(interval).await;
-        }
-    });
-}
-
 /// The device the backend computes on, and a line about it.
 fn device(backend: &Backend) -> (Device, String) {
     match backend.device() {
@@ -218,13 +199,6 @@ fn device(backend: &Backend) -> (Device, String) {
             )
         }
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

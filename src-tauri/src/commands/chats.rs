@@ -163,7 +163,7 @@ pub async fn export(
     let chat = get(app, chat_id).await?;
     let (text, extension, filter) = match format {
         ExportFormat::Markdown => (to_markdown(&chat), "md", "Markdown"),
-        ExportFormat::Json => (to_json(&chat, crate::stats::now_ms())?, "json", "JSON"),
+        ExportFormat::Json => (to_json(&chat, crate::runtime::now_ms())?, "json", "JSON"),
     };
     let desktop = app.desktop.clone();
     let name = file_name(&chat.title, extension);

@@ -1,47 +1,13 @@
 //! Chats: the list (with search), create, rename, system prompt, delete, and a whole chat.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, OptionalExtension};
 
+use super::rows::{parse_id, summary_from_row, DEFAULT_CHAT_TITLE, SUMMARY_COLUMNS};
 use super::types::{Chat, ChatCacheInfo, ChatSummary};
-use super::{parse_id, preview_of, Result, Store, StoreError, DEFAULT_CHAT_TITLE};
+use super::{Result, Store, StoreError};
 
 /// The longest chat title, in characters.
 pub const MAX_TITLE_CHARS: usize = 200;
-
-/// The columns of a [`ChatSummary`], for `c` = chats. Counts use the `(chat_id, id)`
-/// indexes; the preview reads one message (the last) per chat, cut to what a preview can use.
-pub(crate) const SUMMARY_COLUMNS: &str = "c.id, c.title, c.created_at, c.updated_at,
-    (SELECT count(*) FROM messages m WHERE m.chat_id = c.id),
-    (SELECT count(*) FROM documents d WHERE d.chat_id = c.id),
-    (SELECT substr(m.content, 1, 1000) FROM messages m WHERE m.chat_id = c.id
-        ORDER BY m.id DESC LIMIT 1)";
-
-pub(crate) fn summary_from_row(row: &Row<'_>) -> rusqlite::Result<ChatSummary> {
-    let preview: Option<String> = row.get(6)?;
-    Ok(ChatSummary {
-        id: row.get::<_, i64>(0)?.to_string(),
-        title: row.get(1)?,
-        created_at: row.get::<_, i64>(2)? as u64,
-        updated_at: row.get::<_, i64>(3)? as u64,
-        message_count: row.get::<_, i64>(4)? as u64,
-        document_count: row.get::<_, i64>(5)? as u64,
-        preview: preview.as_deref().map(preview_of).unwrap_or_default(),
-    })
-}
-
-/// Escapes `%`, `_` and `\` for `LIKE ... ESCAPE '\'` and wraps the query in `%...%`.
-pub(crate) fn like_pattern(query: &str) -> String {
-    let mut pattern = String::with_capacity(query.len() + 2);
-    pattern.push('%');
-    for c in query.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            pattern.push('\\');
-        }
-        pattern.push(c);
-    }
-    pattern.push('%');
-    pattern
-}
 
 /// Trims a title and checks its length.
 fn clean_title(title: &str) -> Result<String> {
@@ -60,23 +26,6 @@ fn clean_title(title: &str) -> Result<String> {
         ));
     }
     Ok(title.to_string())
-}
-
-/// Fails with `NotFound` unless the chat exists.
-pub(crate) fn require_chat(conn: &Connection, chat: i64, id: &str) -> Result<()> {
-    let exists = conn
-        .query_row("SELECT 1 FROM chats WHERE id = ?1", [chat], |_| Ok(()))
-        .optional()?;
-    exists.ok_or_else(|| StoreError::not_found("chat", id))
-}
-
-/// Marks a chat changed now.
-pub(crate) fn touch(conn: &Connection, chat: i64, now: u64) -> Result<()> {
-    conn.execute(
-        "UPDATE chats SET updated_at = ?2 WHERE id = ?1",
-        params![chat, now as i64],
-    )?;
-    Ok(())
 }
 
 pub(crate) fn summary(conn: &Connection, chat: i64, id: &str) -> Result<ChatSummary> {
@@ -373,10 +322,5 @@ mod tests {
             titles(&store, Some("e")),
             ["Whale facts", "Deutsch", "Speeches"]
         );
-    }
-
-    #[test]
-    fn like_patterns_escape_wildcards() {
-        assert_eq!(like_pattern("a%b_c\\d"), "%a\\%b\\_c\\\\d%");
     }
 }

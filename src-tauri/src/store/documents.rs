@@ -3,9 +3,9 @@
 use rusqlite::types::Type;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Row};
 
-use super::chats::{require_chat, touch};
+use super::rows::{parse_id, require_chat, to_sql_int, touch};
 use super::types::{DocumentInfo, DocumentKind};
-use super::{parse_id, to_sql_int, Result, Store, StoreError};
+use super::{Result, Store, StoreError};
 
 /// A document to attach: what `attach_document` read and counted.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,8 +3,9 @@
 use rusqlite::types::Type;
 use rusqlite::{params, OptionalExtension, Row};
 
+use super::rows::to_sql_int;
 use super::types::{DownloadFile, DownloadRecord, DownloadState};
-use super::{to_sql_int, Result, Store};
+use super::{Result, Store};
 
 const COLUMNS: &str = "repo_id, state, files, downloaded_bytes, total_bytes, error, updated_at";
 

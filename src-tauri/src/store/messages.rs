@@ -9,9 +9,9 @@
 use rusqlite::types::Type;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::chats::{require_chat, touch};
+use super::rows::{parse_id, require_chat, title_from_message, touch, DEFAULT_CHAT_TITLE};
 use super::types::{GenerationStats, Message, MessageStatus, Role};
-use super::{parse_id, title_from_message, Result, Store, StoreError, DEFAULT_CHAT_TITLE};
+use super::{Result, Store, StoreError};
 
 const COLUMNS: &str = "id, chat_id, role, content, status, error, created_at, stats";
 

@@ -24,7 +24,7 @@
 use rusqlite::functions::FunctionFlags;
 use rusqlite::Connection;
 
-use super::chats::{like_pattern, summary_from_row, SUMMARY_COLUMNS};
+use super::rows::{like_pattern, summary_from_row, SUMMARY_COLUMNS};
 use super::types::ChatSummary;
 use super::Result;
 

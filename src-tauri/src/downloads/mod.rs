@@ -3,7 +3,11 @@
 //! the store so that a download running at quit shows `paused` after a restart and resumes
 //! from the partial files (`blobs/*.incomplete` in the hub cache).
 
-use std::collections::HashMap;
+mod running;
+
+pub use running::Downloads;
+use running::{lock, Running, Stop};
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,56 +19,12 @@ use tokio::sync::watch;
 
 use crate::error::{CommandError, CommandResult};
 use crate::events::DOWNLOAD_INTERVAL;
-use crate::state::{off_runtime, AppState};
+use crate::runtime::off_runtime;
+use crate::state::AppState;
 use crate::store::{DownloadFile, DownloadProgress, DownloadRecord, DownloadState};
 
 /// How often a running download's state is saved.
 const SAVE_INTERVAL: Duration = Duration::from_secs(2);
-
-/// What a stop of the token means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    Pause,
-    Cancel,
-}
-
-struct Running {
-    cancel: CancellationToken,
-    stop: Arc<Mutex<Option<Stop>>>,
-    progress: Arc<Mutex<DownloadProgress>>,
-    finished: watch::Receiver<bool>,
-}
-
-/// The running downloads.
-#[derive(Default)]
-pub struct Downloads {
-    running: Mutex<HashMap<String, Running>>,
-}
-
-impl Downloads {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The live progress of a running download.
-    pub fn progress(&self, repo: &str) -> Option<DownloadProgress> {
-        self.map()
-            .get(repo)
-            .map(|r| r.progress.lock().unwrap_or_else(|p| p.into_inner()).clone())
-    }
-
-    /// Stops every running download as a pause (at quit); their state stays resumable.
-    pub fn pause_all(&self) {
-        for r in self.map().values() {
-            *r.stop.lock().unwrap_or_else(|p| p.into_inner()) = Some(Stop::Pause);
-            r.cancel.cancel();
-        }
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// The progress of a plan before any byte moved.
 fn initial_progress(plan: &DownloadPlan) -> DownloadProgress {

@@ -1,10 +1,15 @@
 //! The local OpenAI-compatible server (`kivi_engine::server`) on the active model: started
 //! and stopped from the settings pane, on 127.0.0.1 only, optionally behind a bearer token.
 
+mod slot;
+
+use slot::Running;
+pub use slot::ServerSlot;
+
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use kivi_engine::server::{self, ServerConfig, ServerError, ServerHandle};
+use kivi_engine::server::{self, ServerConfig, ServerError};
 
 use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::AppState;
@@ -15,19 +20,6 @@ pub const DEFAULT_PORT: u16 = 8080;
 /// `app_state` key of the last port used.
 const PORT_KEY: &str = "serverPort";
 const HOST: &str = "127.0.0.1";
-
-struct Running {
-    handle: ServerHandle,
-    model_id: Option<String>,
-    auth: bool,
-}
-
-/// The server, when it runs, and why it last stopped.
-#[derive(Default)]
-pub struct ServerSlot {
-    running: tokio::sync::Mutex<Option<Running>>,
-    last_error: std::sync::Mutex<Option<String>>,
-}
 
 fn stopped_status(app: &AppState, error: Option<String>) -> ServerStatus {
     let port = app
