@@ -248,6 +248,12 @@ mod tests {
             .append_user_message(&chat.id, "first question")
             .unwrap();
         let answer = store.create_streaming_message(&chat.id).unwrap();
+        // An answer that has not written anything yet: the question is the preview.
+        let streaming = &store.list_chats(None).unwrap()[0];
+        assert_eq!(
+            (streaming.message_count, streaming.preview.as_str()),
+            (2, "first question")
+        );
         store
             .finish_message(
                 &answer.id,

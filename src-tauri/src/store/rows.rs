@@ -66,12 +66,13 @@ pub fn title_from_message(content: &str) -> String {
 }
 
 /// The columns of a [`ChatSummary`], for `c` = chats. Counts use the `(chat_id, id)`
-/// indexes; the preview reads one message (the last) per chat, cut to what a preview can use.
+/// indexes; the preview reads one message per chat, the last with text (an answer that has
+/// just started has none yet), cut to what a preview can use.
 pub(crate) const SUMMARY_COLUMNS: &str = "c.id, c.title, c.created_at, c.updated_at,
     (SELECT count(*) FROM messages m WHERE m.chat_id = c.id),
     (SELECT count(*) FROM documents d WHERE d.chat_id = c.id),
     (SELECT substr(m.content, 1, 1000) FROM messages m WHERE m.chat_id = c.id
-        ORDER BY m.id DESC LIMIT 1)";
+        AND m.content <> '' ORDER BY m.id DESC LIMIT 1)";
 
 pub(crate) fn summary_from_row(row: &Row<'_>) -> rusqlite::Result<ChatSummary> {
     let preview: Option<String> = row.get(6)?;

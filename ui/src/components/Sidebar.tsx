@@ -1,6 +1,7 @@
 /** Left column: brand, new chat, search, the conversation list, navigation. */
 import { useState } from "preact/hooks";
 import type { ChatSummary } from "../api/types";
+import { chatSubtitle } from "../lib/chatLogic";
 import { formatTime } from "../lib/format";
 import { deleteChat, newChat, renameChat, searchChats, selectChat, setView, useApp } from "../state/app";
 import { ConfirmDialog } from "./Modal";
@@ -42,7 +43,7 @@ function ChatRow({ chat, active }: { chat: ChatSummary; active: boolean }) {
         <button type="button" class="chat-open" onClick={() => void selectChat(chat.id)} aria-current={active ? "page" : undefined}>
           <span class="chat-title" data-testid="chat-title">{chat.title || "New chat"}</span>
           <span class="chat-meta">
-            <span class="chat-preview">{chat.preview || (chat.documentCount ? `${chat.documentCount} document${chat.documentCount > 1 ? "s" : ""}` : "No messages yet")}</span>
+            <span class="chat-preview" data-testid="chat-preview">{chatSubtitle(chat)}</span>
             <span class="chat-time">{formatTime(chat.updatedAt)}</span>
           </span>
         </button>

@@ -503,6 +503,10 @@ function ensureCache(rec: ChatRecord): void {
   }
 }
 
+/** How often the back end saves a streaming answer's text (its SAVE_INTERVAL): until then
+ * `get_chat` and `list_chats` see the text of the last save ("" before the first one). */
+const SAVE_INTERVAL_MS = 1000;
+
 async function runGeneration(job: Job, answer: Message, prompt: number): Promise<void> {
   const rec = chats.get(job.chatId)!;
   await sleep(10);
@@ -518,22 +522,29 @@ async function runGeneration(job: Job, answer: Message, prompt: number): Promise
   statsChatId = job.chatId;
   ttft = 380 + Math.round(Math.random() * 80);
   let n = 0;
+  let content = answer.content;
+  let lastSave = now();
   for (const p of parts) {
-    if (job.cancelled) return finish(job, answer, "stopped", n, prompt);
+    if (job.cancelled) return finish(job, answer, "stopped", n, prompt, content);
     if (!chats.has(job.chatId)) return;
-    answer.content += p;
+    content += p;
+    if (now() - lastSave >= SAVE_INTERVAL_MS) {
+      lastSave = now();
+      answer.content = content;
+    }
     n++;
     rec.cacheTokens++;
     decodeRate = 21 + Math.sin(n / 7) * 3;
     await emit("chat-token", { chatId: job.chatId, generationId: job.id, messageId: answer.id, delta: p });
     await sleep(control.tokenDelayMs);
   }
-  return finish(job, answer, "complete", n, prompt);
+  return finish(job, answer, "complete", n, prompt, content);
 }
 
-async function finish(job: Job, answer: Message, status: Message["status"], generated: number, prompt: number): Promise<void> {
+async function finish(job: Job, answer: Message, status: Message["status"], generated: number, prompt: number, content = answer.content): Promise<void> {
   jobs.delete(job.id);
   phase = "idle";
+  answer.content = content;
   answer.status = status;
   answer.stats = statsFor(generated, prompt, settings.cache);
   const rec = chats.get(job.chatId);

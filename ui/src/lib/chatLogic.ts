@@ -4,6 +4,7 @@
  */
 import type {
   Chat,
+  ChatSummary,
   DocumentInfo,
   GenerationDoneEvent,
   GenerationStarted,
@@ -176,6 +177,65 @@ export function applyDocumentAdded(view: ChatView, doc: DocumentInfo): ChatView 
 export function applyDocumentRemoved(view: ChatView, documentId: Id): ChatView {
   const documents = view.chat.documents.filter((d) => d.id !== documentId);
   return { ...view, chat: { ...view.chat, documents, documentCount: documents.length } };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The open chat's entry in the chat list
+
+const PREVIEW_CHARS = 120;
+
+/**
+ * A message's preview in the chat list, as the back end makes it (`preview_of`): one line
+ * (whitespace collapsed), at most 120 characters, ending in "…" when cut.
+ */
+export function previewOf(text: string): string {
+  const line = text.split(/\s+/u).filter(Boolean).join(" ");
+  const chars = Array.from(line);
+  if (chars.length <= PREVIEW_CHARS) return line;
+  return `${chars.slice(0, PREVIEW_CHARS - 1).join("").trimEnd()}…`;
+}
+
+/**
+ * The list entry of the open chat, from what the view holds now: its message and document
+ * counts, and the preview of its last message with text. The chat list comes from
+ * `list_chats`, whose preview is the stored last message: while an answer streams that is
+ * the answer the back end saved so far ("" until its first save), so the list alone would
+ * show an empty chat. Here an answer with no text yet gives way to the question before it.
+ */
+export function liveSummary(summary: ChatSummary, view: ChatView): ChatSummary {
+  const { messages, documents } = view.chat;
+  let preview = "";
+  for (let i = messages.length - 1, found = false; i >= 0 && !found; i--) {
+    preview = previewOf(messages[i]!.content);
+    found = preview !== "";
+  }
+  return { ...summary, messageCount: messages.length, documentCount: documents.length, preview };
+}
+
+/**
+ * Keeps the open chat's entry of a chat list in step with its view (see {@link liveSummary});
+ * other entries are kept. Returns the same list when nothing changed (no re-render).
+ */
+export function syncChatList(list: ChatSummary[], view: ChatView | null): ChatSummary[] {
+  if (!view) return list;
+  const at = list.findIndex((c) => c.id === view.chat.id);
+  if (at < 0) return list;
+  const old = list[at]!;
+  const next = liveSummary(old, view);
+  if (next.preview === old.preview && next.messageCount === old.messageCount && next.documentCount === old.documentCount) return list;
+  const out = list.slice();
+  out[at] = next;
+  return out;
+}
+
+/** The line under a chat's title in the list: its preview, else what it holds. */
+export function chatSubtitle(chat: ChatSummary): string {
+  if (chat.preview) return chat.preview;
+  const n = chat.messageCount;
+  const d = chat.documentCount;
+  if (n > 0) return `${n} message${n === 1 ? "" : "s"}`;
+  if (d > 0) return `${d} document${d === 1 ? "" : "s"}`;
+  return "No messages yet";
 }
 
 /** True while an answer streams, a command is in flight or a prefill runs. */

@@ -126,8 +126,16 @@ export function reportError(title: string, e: unknown): void {
 // ---------------------------------------------------------------------------------------------
 // Chat view helpers
 
+/**
+ * Updates the open chat's view, and its entry in the chat list with it (preview, counts):
+ * the list is only re-read on some events, and the back end's copy of a streaming answer lags.
+ */
 function updateView(chatId: Id, fn: (v: ChatView) => ChatView): void {
-  store.set((s) => (s.chatView && s.chatView.chat.id === chatId ? { chatView: fn(s.chatView) } : {}));
+  store.set((s) => {
+    if (!s.chatView || s.chatView.chat.id !== chatId) return {};
+    const chatView = fn(s.chatView);
+    return { chatView, chats: logic.syncChatList(s.chats, chatView) };
+  });
 }
 
 function activeView(): ChatView | null {
@@ -258,7 +266,7 @@ export async function refreshChats(): Promise<void> {
       // The back end may retitle a chat (from its first message): keep the open one in step.
       const open = s.chatView && list.find((c) => c.id === s.chatView!.chat.id);
       const chatView = open && open.title !== s.chatView!.chat.title ? { ...s.chatView!, chat: { ...s.chatView!.chat, title: open.title } } : s.chatView;
-      return { chats: list, chatView };
+      return { chats: logic.syncChatList(list, chatView), chatView };
     });
   } catch (e) {
     reportError("Could not load your chats", e);
@@ -280,7 +288,8 @@ export async function selectChat(chatId: Id): Promise<void> {
   try {
     const chat = await chats.getChat(chatId);
     if (seq !== selectSeq) return;
-    store.set({ chatView: logic.openChat(chat), chatLoading: false });
+    const chatView = logic.openChat(chat);
+    store.set((s) => ({ chatView, chats: logic.syncChatList(s.chats, chatView), chatLoading: false }));
   } catch (e) {
     if (seq !== selectSeq) return;
     store.set({ chatLoading: false });
@@ -311,10 +320,10 @@ export async function renameChat(chatId: Id, title: string): Promise<void> {
   if (!t) return;
   try {
     const summary = await chats.renameChat(chatId, t);
-    store.set((s) => ({
-      chats: s.chats.map((c) => (c.id === chatId ? summary : c)),
-      chatView: s.chatView && s.chatView.chat.id === chatId ? { ...s.chatView, chat: { ...s.chatView.chat, title: summary.title } } : s.chatView,
-    }));
+    store.set((s) => {
+      const chatView = s.chatView && s.chatView.chat.id === chatId ? { ...s.chatView, chat: { ...s.chatView.chat, title: summary.title } } : s.chatView;
+      return { chats: logic.syncChatList(s.chats.map((c) => (c.id === chatId ? summary : c)), chatView), chatView };
+    });
   } catch (e) {
     reportError("Could not rename the chat", e);
   }

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { Chat, DocumentInfo, GenerationStarted, Message } from "../../src/api/types";
+import type { Chat, ChatSummary, DocumentInfo, GenerationStarted, Message } from "../../src/api/types";
 import {
   applyDocumentAdded,
   applyDocumentRemoved,
@@ -12,11 +12,15 @@ import {
   applyStopRequested,
   applyToken,
   canEdit,
+  chatSubtitle,
   documentBudget,
+  liveSummary,
   isBusy,
   openChat,
   PENDING_PREFIX,
+  previewOf,
   regenerableMessage,
+  syncChatList,
   type ChatView,
 } from "../../src/lib/chatLogic";
 
@@ -233,5 +237,93 @@ describe("documents and prefill", () => {
     expect(v.chat.documentCount).toBe(2);
     v = applyDocumentRemoved(v, "d1");
     expect(v.chat.documents.map((d) => d.id)).toEqual(["d2"]);
+  });
+});
+
+describe("the open chat's entry in the chat list", () => {
+  // A chat from an earlier run, as `list_chats` lists it.
+  const restored = () => chat([msg("user", "Why two borrows?", "complete", "u0"), msg("assistant", "Because `&mut` is exclusive.", "complete", "a0")]);
+  const summaryOf = (c: Chat, patch: Partial<ChatSummary> = {}): ChatSummary => ({
+    id: c.id,
+    title: c.title,
+    createdAt: c.createdAt,
+    updatedAt: c.updatedAt,
+    messageCount: c.messages.length,
+    documentCount: c.documents.length,
+    preview: previewOf(c.messages[c.messages.length - 1]?.content ?? ""),
+    ...patch,
+  });
+  const other: ChatSummary = { id: "c2", title: "Other", createdAt: 1, updatedAt: 1, messageCount: 0, documentCount: 0, preview: "" };
+
+  it("makes previews as the back end does: one line, at most 120 characters", () => {
+    expect(previewOf("")).toBe("");
+    expect(previewOf("  \n\t ")).toBe("");
+    expect(previewOf("  Hello\n\n  world\t!  ")).toBe("Hello world !");
+    const p = previewOf("word ".repeat(60));
+    expect(Array.from(p).length).toBe(120);
+    expect(p.endsWith("…")).toBe(true);
+    expect(Array.from(previewOf("é".repeat(300))).length).toBe(120);
+  });
+
+  it("shows the question, then the streaming answer, of a restored chat, and never an empty chat", () => {
+    const c = restored();
+    let list = [summaryOf(c), other];
+    let v = openChat(c);
+    list = syncChatList(list, v);
+    expect(list[0]!.preview).toBe("Because `&mut` is exclusive.");
+
+    v = applyOptimisticSend(v, "And  shared\nones?", "t1");
+    list = syncChatList(list, v);
+    expect(list[0]).toMatchObject({ preview: "And shared ones?", messageCount: 3 });
+
+    v = applyGenerationStarted(v, started(msg("user", "And  shared\nones?", "complete", "u1")), "t1");
+    // What `list_chats` says right after send_message: the last message is the empty answer.
+    list = syncChatList([summaryOf(v.chat, { preview: "" }), other], v);
+    expect(list[0]).toMatchObject({ preview: "And shared ones?", messageCount: 4 });
+    expect(chatSubtitle(list[0]!)).not.toBe("No messages yet");
+
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Shared borrows " });
+    list = syncChatList(list, v);
+    expect(list[0]).toMatchObject({ preview: "Shared borrows", messageCount: 4 });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "can coexist." });
+    list = syncChatList(list, v);
+    expect(list[0]!.preview).toBe("Shared borrows can coexist.");
+
+    v = applyDone(v, { chatId: "c1", generationId: "g1", message: { ...v.chat.messages[3]!, status: "complete" } });
+    list = syncChatList(list, v);
+    expect(list[0]).toMatchObject({ preview: "Shared borrows can coexist.", messageCount: 4, documentCount: 0 });
+    expect(list[1]).toBe(other);
+  });
+
+  it("keeps the same list when nothing shown changed, and other chats' entries as they are", () => {
+    const c = restored();
+    const list = [summaryOf(c), other];
+    const v = openChat(c);
+    expect(syncChatList(list, v)).toBe(list);
+    expect(syncChatList(list, null)).toBe(list);
+    expect(syncChatList([other], v)).toEqual([other]);
+    // Long answers: the preview stops changing after 120 characters, so does the list.
+    let w = applyGenerationStarted(v, started(msg("user", "Q", "complete", "u1")));
+    w = applyToken(w, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "x".repeat(200) });
+    const l1 = syncChatList(list, w);
+    w = applyToken(w, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "more" });
+    expect(syncChatList(l1, w)).toBe(l1);
+  });
+
+  it("counts documents, and skips an answer that ended without text", () => {
+    let v = applyDocumentAdded(openChat(restored()), doc("d1", 100));
+    v = applyGenerationStarted(v, started(msg("user", "Summarize", "complete", "u1")));
+    v = applyDone(v, { chatId: "c1", generationId: "g1", message: { ...v.chat.messages[3]!, status: "error", error: "boom" } });
+    expect(liveSummary(summaryOf(v.chat, { preview: "" }), v)).toMatchObject({ preview: "Summarize", messageCount: 4, documentCount: 1 });
+  });
+
+  it("says 'No messages yet' only for a chat without messages", () => {
+    const s = (messageCount: number, documentCount: number, preview = ""): ChatSummary => ({ ...other, messageCount, documentCount, preview });
+    expect(chatSubtitle(s(0, 0))).toBe("No messages yet");
+    expect(chatSubtitle(s(0, 1))).toBe("1 document");
+    expect(chatSubtitle(s(0, 2))).toBe("2 documents");
+    expect(chatSubtitle(s(1, 0))).toBe("1 message");
+    expect(chatSubtitle(s(4, 1))).toBe("4 messages");
+    expect(chatSubtitle(s(4, 1, "Hi"))).toBe("Hi");
   });
 });
