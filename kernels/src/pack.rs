@@ -1,10 +1,10 @@
 //! Bit packing in MLX's layout: code `i` of a word sits at bits `[i*b, (i+1)*b)`, so
 //! packed data feeds MLX's `quantized_matmul` and `dequantize` as it is.
 
-/// Packs `b`-bit codes (`b` in {2, 4}) into `u32` words, `32 / b` codes per word.
+/// Packs `b`-bit codes (`b` in {2, 4, 8}) into `u32` words, `32 / b` codes per word.
 ///
 /// # Panics
-/// If `bits` is not 2 or 4, or `codes.len()` is not a multiple of `32 / bits`. Codes must
+/// If `bits` is not 2, 4 or 8, or `codes.len()` is not a multiple of `32 / bits`. Codes must
 /// be below `2^bits` (checked in debug builds).
 pub fn pack(codes: &[u8], bits: u32) -> Vec<u32> {
     let per_word = per_word(bits);
@@ -26,7 +26,7 @@ pub fn pack(codes: &[u8], bits: u32) -> Vec<u32> {
 /// Unpacks words made by [`pack`] back into one code per byte.
 ///
 /// # Panics
-/// If `bits` is not 2 or 4.
+/// If `bits` is not 2, 4 or 8.
 pub fn unpack(words: &[u32], bits: u32) -> Vec<u8> {
     let per_word = per_word(bits);
     let mask = (1u32 << bits) - 1;
@@ -37,7 +37,11 @@ pub fn unpack(words: &[u32], bits: u32) -> Vec<u8> {
 }
 
 fn per_word(bits: u32) -> usize {
-    assert!(bits == 2 || bits == 4, "KIVI packs 2 or 4 bits, not {bits}");
+    // KIVI packs 2 or 4 bits; GGUF weights held at 8 bits are packed here too.
+    assert!(
+        matches!(bits, 2 | 4 | 8),
+        "packing takes 2, 4 or 8 bits, not {bits}"
+    );
     32 / bits as usize
 }
 
@@ -57,7 +61,7 @@ mod tests {
 
     #[test]
     fn round_trips() {
-        for bits in [2u32, 4] {
+        for bits in [2u32, 4, 8] {
             let codes: Vec<u8> = (0..256u32)
                 .map(|i| ((i * 7 + i / 3) % (1 << bits)) as u8)
                 .collect();

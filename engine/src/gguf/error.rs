@@ -80,7 +80,7 @@ pub enum GgufError {
     /// A tensor type the engine cannot load.
     #[error(
         "tensor {tensor:?} is stored as {type_name}, which this app cannot load (supported: {}); \
-         choose a GGUF quantized as Q4_0, Q4_1 or Q8_0 (or F16/F32)",
+         choose a GGUF file of one of those types (Q4_K_M and Q8_0 are common)",
         super::SUPPORTED_TENSOR_TYPES_TEXT
     )]
     UnsupportedTensorType {

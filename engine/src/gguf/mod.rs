@@ -1,26 +1,28 @@
-//! A pure-Rust reader and validator of GGUF files (llama.cpp's model format).
+//! A pure-Rust reader and validator of GGUF files (llama.cpp's model format), and the
+//! decoders of their tensors.
 //!
-//! MLX's GGUF reader is C and C++ (gguflib plus MLX's loader) working on a memory map of
-//! the file. MLX 0.32.2 checks that tensor data and strings lie inside the file, but not
-//! the rest: a tensor with more than 4 dimensions aborts the process (gguflib's
-//! `assert(ndim <= GGUF_TENSOR_MAX_DIM)`), the removed type codes 4 and 5 kill it with a
-//! division by zero (their block size is 0 in gguflib's table), and dimensions whose
-//! product overflows or type codes it does not know are loaded as garbage without an
-//! error (all seen with the offline model, patched). So every GGUF file is read here
-//! first: the header, every metadata key and value, every tensor description, with each
-//! count and length checked against the bytes that are left, each size computed without
-//! overflow, each tensor's data checked to lie inside the file and not to overlap
-//! another's. Only a file that also passes [`GgufHeader::check_loadable`] (types MLX
-//! loads, shapes that fit its `int` dimensions) is handed to MLX ([`validate_file`]).
+//! The engine reads GGUF files itself rather than through MLX's C reader (gguflib), which
+//! trusts the file: in MLX 0.32.2 a tensor with more than 4 dimensions aborts the process,
+//! the removed type codes 4 and 5 divide by zero, unknown codes and overflowing shapes load
+//! as garbage, and of the quantized types only Q4_0, Q4_1 and Q8_0 stay quantized. Here
+//! the header, every metadata key and value and every tensor description are read with
+//! each count and length checked against the bytes that are left, each size computed
+//! without overflow, each tensor's data checked to lie inside the file and not to overlap
+//! another's; [`GgufHeader::check_loadable`] then checks types and shapes
+//! ([`validate_file`]), and [`native`] converts each tensor's blocks ([`blocks`]).
 //!
 //! - [`GgufHeader::parse`] reads a whole file's bytes (the fuzzing entry point);
 //!   [`GgufHeader::read_file`] reads only as much of a file as its header spans.
 //! - [`Metadata`] answers typed lookups (`string`, `strings`, `numbers`), which the GGUF
 //!   tokenizer is built from.
+//! - [`blocks`] decodes ggml's blocks (the reference); [`native`] turns a tensor into the
+//!   floats or MLX-quantized triplets the model runs.
 //! - [`write::to_bytes`] writes small GGUF files, for tests and fuzzing seeds.
 
+pub mod blocks;
 mod cursor;
 mod error;
+pub mod native;
 mod tensor;
 mod value;
 pub mod write;
@@ -35,15 +37,15 @@ pub use tensor::{GgmlType, TensorInfo, LOADABLE};
 pub use value::{code, type_name, Array, Metadata, Value};
 
 /// The tensor types [`GgufHeader::check_loadable`] accepts, for messages.
-pub const SUPPORTED_TENSOR_TYPES_TEXT: &str = "F32, F16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K";
+pub const SUPPORTED_TENSOR_TYPES_TEXT: &str =
+    "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K";
 /// Longest metadata key (the specification's limit).
 pub const MAX_KEY_BYTES: u64 = 65_535;
 /// Longest tensor name accepted.
 pub const MAX_NAME_BYTES: u64 = 65_535;
-/// Longest metadata string accepted (chat templates are kilobytes; MLX's reader keeps
-/// lengths in an `int`).
+/// Longest metadata string accepted (chat templates are kilobytes).
 pub const MAX_STRING_BYTES: u64 = 64 << 20;
-/// Most dimensions of a tensor (ggml's `GGML_MAX_DIMS`; MLX's reader has room for 4).
+/// Most dimensions of a tensor (ggml's `GGML_MAX_DIMS`).
 pub const MAX_DIMS: u32 = 4;
 /// Largest header region [`GgufHeader::read_file`] reads (a 128k-token vocabulary with
 /// its merges is about 10 MB).
@@ -236,39 +238,10 @@ impl GgufHeader {
         Ok(())
     }
 
-    /// Checks what MLX's GGUF reader needs beyond a well-formed file, so that it is never
-    /// handed a file it would crash on or misread: the standard alignment, no `float64`
-    /// metadata (it advances by 4 bytes over each), array lengths that fit an `int`, and
-    /// tensors of the types it loads, with 1 to 4 non-empty dimensions that fit an `int`,
-    /// quantized ones named `*.weight`.
+    /// Checks what the engine's loader needs beyond a well-formed file: tensors of the
+    /// types it decodes ([`blocks`]), with 1 to 4 non-empty dimensions that fit MLX's `int`
+    /// shapes, quantized ones named `*.weight` (their scales and biases are added beside).
     pub fn check_loadable(&self) -> Result<(), GgufError> {
-        if self.alignment != DEFAULT_ALIGNMENT {
-            return Err(GgufError::Unsupported(format!(
-                "GGUF data alignment {} is not supported (only the standard {DEFAULT_ALIGNMENT})",
-                self.alignment
-            )));
-        }
-        for (key, value) in self.metadata.iter() {
-            let len = match value {
-                Value::F64(_)
-                | Value::Array(Array::Numbers {
-                    code: code::F64, ..
-                }) => {
-                    return Err(GgufError::Unsupported(format!(
-                        "metadata {key:?} holds float64 values, which MLX's GGUF reader \
-                         misreads; this file cannot be loaded"
-                    )))
-                }
-                Value::Array(Array::Numbers { values, .. }) => values.len(),
-                Value::Array(Array::Strings(s)) => s.len(),
-                _ => 0,
-            };
-            if len > i32::MAX as usize {
-                return Err(GgufError::Unsupported(format!(
-                    "metadata array {key:?} has {len} elements, more than MLX's reader takes"
-                )));
-            }
-        }
         let names: HashSet<&str> = self.tensors.iter().map(|t| t.name.as_str()).collect();
         for t in &self.tensors {
             if !t.ggml_type.loadable() {
@@ -308,10 +281,23 @@ impl GgufHeader {
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
     }
+
+    /// Reads the data of `tensor` (one of this header's) from `file` into `buf`.
+    pub fn read_tensor(
+        &self,
+        file: &mut std::fs::File,
+        tensor: &TensorInfo,
+        buf: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom};
+        buf.resize(tensor.size as usize, 0);
+        file.seek(SeekFrom::Start(self.data_offset + tensor.offset))?;
+        file.read_exact(buf)
+    }
 }
 
-/// Reads the header of the GGUF file at `path` and checks that MLX's reader can be
-/// trusted with the file: the gate in front of every `GgufFile::load`.
+/// Reads the header of the GGUF file at `path` and checks that the loader can take the
+/// file: the gate in front of reading any tensor.
 pub fn validate_file(path: &Path) -> Result<GgufHeader, crate::error::LoadError> {
     GgufHeader::read_file(path)
         .and_then(|header| header.check_loadable().map(|()| header))

@@ -50,11 +50,9 @@ const TYPES: &[(u32, &str, u64, u64)] = &[
     (39, "MXFP4", 32, 17),
 ];
 
-/// Codes of the types MLX's GGUF reader loads correctly: Q4_0, Q4_1 and Q8_0 as
-/// MLX-quantized triplets, F32 and F16 as they are, Q4_K and Q6_K dequantized to float16
-/// (checked by a test). Others fail inside it, are loaded as garbage (codes past its type
-/// table), or kill the process (4 and 5, whose block size in its table is 0).
-pub const LOADABLE: &[u32] = &[0, 1, 2, 3, 8, 12, 14];
+/// Codes of the types the engine loads: those [`super::blocks`] decodes (F32, F16, Q4_0,
+/// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, BF16).
+pub const LOADABLE: &[u32] = &[0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30];
 
 impl GgmlType {
     /// The type for a code, if ggml has one.
@@ -75,7 +73,7 @@ impl GgmlType {
         LOADABLE.contains(&self.code)
     }
 
-    /// Whether MLX turns tensors of this type into quantized triplets (`weight`, `scales`,
+    /// Whether tensors of this type load as quantized triplets (`weight`, `scales`,
     /// `biases`).
     pub fn quantized(&self) -> bool {
         self.block_elements > 1

@@ -197,9 +197,8 @@ fn written_files_read_back() {
     assert_eq!(h.tensors[1].size, 40);
     assert_eq!(h.tensors[1].offset, 128);
     assert_eq!(h.data_offset % 32, 0);
-    // float64 is valid GGUF, but MLX's reader misreads it.
-    let err = h.check_loadable().unwrap_err();
-    assert!(err.to_string().contains("float64"), "{err}");
+    // float64 metadata is valid GGUF, and loadable.
+    h.check_loadable().unwrap();
     GgufHeader::parse(&small())
         .unwrap()
         .check_loadable()
@@ -445,7 +444,7 @@ fn tensor_descriptions_are_checked() {
         },
         "unknown type 1000",
     );
-    for (code, name) in [(30, "BF16"), (6, "Q5_0"), (10, "Q2_K"), (26, "I32")] {
+    for (code, name) in [(16, "IQ2_XXS"), (20, "IQ4_NL"), (39, "MXFP4"), (26, "I32")] {
         let ty = GgmlType::from_code(code).unwrap();
         let size = (256 / ty.block_elements * ty.block_bytes) as usize;
         let bytes = to_bytes(
@@ -532,8 +531,7 @@ fn metadata_is_checked() {
         GgufHeader::parse(&dup).unwrap_err(),
         GgufError::DuplicateKey(_)
     ));
-    // Alignment: zero, not a power of two, or not uint32 are damage; 64 is valid GGUF
-    // that MLX's reader is not trusted with.
+    // Alignment: zero, not a power of two, or not uint32 are damage; 64 is valid GGUF.
     for bad in [Value::U32(0), Value::U32(48), Value::U64(32)] {
         let bytes = to_bytes(&[entry("general.alignment", bad.clone())], &[]);
         let err = GgufHeader::parse(&bytes).unwrap_err();
@@ -544,11 +542,7 @@ fn metadata_is_checked() {
     let h = GgufHeader::parse(&to_bytes(&metadata, &small_tensors())).unwrap();
     assert_eq!(h.alignment, 64);
     assert_eq!(h.data_offset % 64, 0);
-    assert!(h
-        .check_loadable()
-        .unwrap_err()
-        .to_string()
-        .contains("alignment 64"));
+    h.check_loadable().unwrap();
 }
 
 /// A deterministic pseudo-random stream.
@@ -643,47 +637,4 @@ fn read_file_reads_only_what_the_header_spans() {
             .len(),
         4096
     );
-}
-
-/// Every type the validator lets through loads in MLX's reader, and gives the arrays the
-/// weights code expects: quantized triplets or one plain array.
-#[test]
-fn mlx_loads_every_accepted_type() {
-    let dir = tempfile::tempdir().unwrap();
-    for &code in LOADABLE {
-        let ty = GgmlType::from_code(code).unwrap();
-        let size = (512 / ty.block_elements * ty.block_bytes) as usize;
-        let bytes = to_bytes(
-            &small_metadata(),
-            &[tensor("blk.0.attn_q.weight", code, &[256, 2], size)],
-        );
-        GgufHeader::parse(&bytes).unwrap().check_loadable().unwrap();
-        let path = dir.path().join(format!("{}.gguf", ty.name));
-        std::fs::write(&path, &bytes).unwrap();
-        let file = mlx_rs::io::GgufFile::load(&path).unwrap_or_else(|e| panic!("{}: {e}", ty.name));
-        let arrays = file.arrays().unwrap();
-        let weight = &arrays["blk.0.attn_q.weight"];
-        weight.eval().unwrap();
-        let mut names: Vec<&str> = arrays.keys().map(String::as_str).collect();
-        names.sort();
-        println!(
-            "{}: {names:?}, weight {:?} {:?}",
-            ty.name,
-            weight.dtype(),
-            weight.shape()
-        );
-        if arrays.contains_key("blk.0.attn_q.scales") {
-            assert_eq!(weight.dtype(), mlx_rs::Dtype::Uint32, "{}", ty.name);
-            assert_eq!(arrays["blk.0.attn_q.scales"].shape(), &[2, 8]);
-        } else {
-            assert_eq!(weight.shape(), &[2, 256], "{}", ty.name);
-        }
-        assert_eq!(
-            file.get_metadata_strings("tokenizer.ggml.tokens")
-                .unwrap()
-                .unwrap()
-                .len(),
-            3
-        );
-    }
 }

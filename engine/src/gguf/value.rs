@@ -62,8 +62,8 @@ pub enum Value {
     I64(i64),
     /// `float64`
     F64(f64),
-    /// A one-level array of one element type (GGUF allows nesting; no model uses it and
-    /// MLX's reader refuses it, so this reader does too).
+    /// A one-level array of one element type (GGUF allows nesting; no model uses it, and
+    /// this reader refuses it).
     Array(Array),
 }
 

@@ -1,14 +1,17 @@
-//! GGUF files (llama.cpp's format): hyper-parameters from the metadata, tensors through
-//! MLX's GGUF reader, renamed to Hugging Face names.
+//! GGUF files (llama.cpp's format): hyper-parameters from the metadata, tensors read and
+//! converted by the project's own reader ([`crate::gguf::native`]), renamed to Hugging
+//! Face names.
 //!
-//! MLX returns Q4_0, Q4_1 and Q8_0 tensors as MLX-quantized triplets (groups of 32, the
-//! GGUF block); other quantized types come back dequantized to float16.
+//! Quantized tensors become MLX-quantized triplets (`weight`, `scales`, `biases`) in groups
+//! of 32, at 4 or 8 bits; float tensors stay floats.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use mlx_rs::io::GgufFile;
-use mlx_rs::Dtype;
+use mlx_rs::Array;
+
+use crate::gguf::native::{self, NativeTensor};
 
 use super::{QuantScheme, Weights};
 use crate::backend::Backend;
@@ -20,7 +23,6 @@ const GGUF_GROUP_SIZE: i32 = 32;
 
 /// An open GGUF file: metadata lookups and its tensors.
 pub struct Gguf {
-    file: GgufFile,
     path: PathBuf,
     /// The header as the pure-Rust reader validated it.
     header: crate::gguf::GgufHeader,
@@ -36,14 +38,8 @@ impl Gguf {
                 hint: "pass --model with an existing .gguf file or model folder".into(),
             });
         }
-        // MLX's reader trusts every length and offset in the file: check them first.
         let header = crate::gguf::validate_file(path)?;
-        let file = GgufFile::load(path).map_err(|source| LoadError::Gguf {
-            path: path.to_path_buf(),
-            source,
-        })?;
         Ok(Self {
-            file,
             path: path.to_path_buf(),
             header,
         })
@@ -57,13 +53,6 @@ impl Gguf {
     /// The validated header's metadata, with errors naming the file.
     fn meta<T>(&self, got: Result<T, crate::gguf::GgufError>) -> Result<T, LoadError> {
         got.map_err(|source| crate::gguf::load_error(&self.path, source))
-    }
-
-    fn gguf_err(&self, source: mlx_rs::io::GgufError) -> LoadError {
-        LoadError::Gguf {
-            path: self.path.clone(),
-            source,
-        }
     }
 
     /// A string metadata value.
@@ -159,7 +148,9 @@ impl Gguf {
         Ok(config)
     }
 
-    /// A short description of the weights' quantization, from `general.file_type`.
+    /// A short description of the weights' quantization: the file type from
+    /// `general.file_type`, then how tensors the engine does not hold as stored are held
+    /// ("Q4_K_M (Q5_0 as 8-bit, Q6_K re-quantized to 8-bit g32)").
     pub fn quantization_name(&self) -> Result<String, LoadError> {
         let name = match self.number("general.file_type")?.map(|v| v as u32) {
             Some(0) => "F32",
@@ -167,35 +158,92 @@ impl Gguf {
             Some(2) => "Q4_0",
             Some(3) => "Q4_1",
             Some(7) => "Q8_0",
+            Some(8) => "Q5_0",
+            Some(9) => "Q5_1",
+            Some(10) => "Q2_K",
+            Some(11) => "Q3_K_S",
+            Some(12) => "Q3_K_M",
+            Some(13) => "Q3_K_L",
+            Some(14) => "Q4_K_S",
+            Some(15) => "Q4_K_M",
+            Some(16) => "Q5_K_S",
+            Some(17) => "Q5_K_M",
+            Some(18) => "Q6_K",
+            Some(21) => "Q2_K_S",
             Some(32) => "BF16",
             Some(other) => return Ok(format!("GGUF file type {other}")),
             None => "unknown",
         };
-        Ok(name.to_string())
+        let mut changed: Vec<String> = Vec::new();
+        for t in &self.header.tensors {
+            let held = native::describe(t.ggml_type);
+            if held != t.ggml_type.name && !changed.contains(&held) {
+                changed.push(held);
+            }
+        }
+        changed.sort();
+        Ok(if changed.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name} ({})", changed.join(", "))
+        })
     }
 
-    /// All tensors, renamed to Hugging Face names. Llama 3's `rope_freqs` moves into the
-    /// configuration's RoPE scaling.
+    /// All tensors, converted ([`native::convert`]) and renamed to Hugging Face names.
+    /// Llama 3's `rope_freqs` moves into the configuration's RoPE scaling.
     pub fn weights(
         &self,
         config: &mut ModelConfig,
         backend: Backend,
     ) -> Result<Weights, LoadError> {
-        let arrays = self.file.arrays().map_err(|e| self.gguf_err(e))?;
-        let mut tensors = HashMap::with_capacity(arrays.len());
-        for (name, array) in arrays {
-            if name == "rope_freqs.weight" {
-                let factors = array.as_dtype(Dtype::Float32)?;
-                factors.eval()?;
-                config.rope.scaling = RopeScaling::Factors(factors.as_slice::<f32>().to_vec());
+        let io = |source| LoadError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = File::open(&self.path).map_err(io)?;
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut tensors = HashMap::with_capacity(self.header.tensors.len() * 3);
+        let mut data = Vec::new();
+        for info in &self.header.tensors {
+            self.header
+                .read_tensor(&mut file, info, &mut data)
+                .map_err(io)?;
+            let tensor = native::convert(info, &data, threads)
+                .map_err(|e| crate::gguf::load_error(&self.path, e))?;
+            if info.name == "rope_freqs.weight" {
+                config.rope.scaling = RopeScaling::Factors(tensor.values());
                 continue;
             }
-            let Some(hf) = hf_name(&name) else {
+            let Some(hf) = hf_name(&info.name) else {
                 return Err(LoadError::Weights(format!(
-                    "unexpected GGUF tensor {name:?}: not part of a Llama-family model"
+                    "unexpected GGUF tensor {:?}: not part of a Llama-family model",
+                    info.name
                 )));
             };
-            tensors.insert(hf, array);
+            match tensor {
+                NativeTensor::Dense { values, shape } => {
+                    tensors.insert(hf, Array::from_slice(&values, &shape));
+                }
+                NativeTensor::Quantized {
+                    packed,
+                    scales,
+                    biases,
+                    shape,
+                    bits,
+                } => {
+                    let prefix = hf.strip_suffix(".weight").unwrap_or(&hf);
+                    let (words, groups) = native::quantized_shapes(&shape, bits);
+                    tensors.insert(
+                        format!("{prefix}.scales"),
+                        Array::from_slice(&scales, &groups),
+                    );
+                    tensors.insert(
+                        format!("{prefix}.biases"),
+                        Array::from_slice(&biases, &groups),
+                    );
+                    tensors.insert(hf.clone(), Array::from_slice(&packed, &words));
+                }
+            }
         }
         if tensors.contains_key("model.layers.0.self_attn.q_proj.bias") {
             config.qkv_bias = true;

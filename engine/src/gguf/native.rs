@@ -1,0 +1,206 @@
+//! GGUF tensors turned into the forms the engine runs: plain floats, or MLX's affine
+//! layout (codes packed in `u32` words, one scale and one bias per 32 values), which both
+//! backends multiply without dequantizing (MLX's `quantized_matmul`, the host's
+//! `qmatmul` at 4 and 8 bits).
+//!
+//! | GGUF type | held as | exact |
+//! |---|---|---|
+//! | F32, F16, BF16 | float | yes |
+//! | Q4_0, Q4_1, Q4_K | 4-bit, groups of 32 | yes |
+//! | Q5_0, Q5_1, Q5_K, Q8_0 | 8-bit, groups of 32 (5-bit codes widened) | yes |
+//! | Q6_K | 8-bit, groups of 32, re-quantized | no: within 1/8 of a Q6_K step |
+//! | Q2_K, Q3_K | 4-bit, groups of 32, re-quantized | no |
+//!
+//! Widening 5-bit codes to 8 bits costs memory (8.5 against 5.5 bits a weight) but keeps
+//! every value, where the host backend has no 5-bit kernel; the types with groups of 16
+//! are re-quantized by the reference quantizer from their decoded values.
+
+use kivi_kernels::{pack, reference};
+
+use super::blocks::{self, AffineGroup, Layout, GROUP};
+use super::{GgmlType, GgufError, TensorInfo};
+
+/// A tensor in a form the engine runs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NativeTensor {
+    /// Floats, in MLX's (row-major) shape.
+    Dense {
+        /// The values.
+        values: Vec<f32>,
+        /// The shape, outermost first.
+        shape: Vec<i32>,
+    },
+    /// MLX's affine layout, groups of 32 along the last axis.
+    Quantized {
+        /// Codes, `32 / bits` to a word: shape `[.., cols * bits / 32]`.
+        packed: Vec<u32>,
+        /// One per group: shape `[.., cols / 32]`.
+        scales: Vec<f32>,
+        /// One per group, the value of code 0.
+        biases: Vec<f32>,
+        /// The tensor's shape, outermost first (`cols` last).
+        shape: Vec<i32>,
+        /// Bits per code: 4 or 8.
+        bits: u32,
+    },
+}
+
+/// How a GGUF type is held: bits per code of the affine layout (`None`: floats) and
+/// whether the values are kept exactly.
+pub fn held_as(ty: GgmlType) -> Option<(Option<u32>, bool)> {
+    Some(match blocks::layout(ty)? {
+        Layout::Float => (None, true),
+        Layout::Affine { code_bits: 4 } => (Some(4), true),
+        Layout::Affine { .. } => (Some(8), true),
+        Layout::Sixteens if ty.name == "Q6_K" => (Some(8), false),
+        Layout::Sixteens => (Some(4), false),
+    })
+}
+
+/// How a type is held, in words for the model's description: its name where it is held
+/// as stored ("Q4_K"), else what it became ("Q5_0 as 8-bit").
+pub fn describe(ty: GgmlType) -> String {
+    let stored_bits = match blocks::layout(ty) {
+        Some(Layout::Affine { code_bits }) => Some(code_bits),
+        _ => None,
+    };
+    match held_as(ty) {
+        Some((Some(bits), true)) if stored_bits != Some(bits) => {
+            format!("{} as {bits}-bit", ty.name)
+        }
+        Some((Some(bits), false)) => format!("{} re-quantized to {bits}-bit g32", ty.name),
+        _ => ty.name.to_string(),
+    }
+}
+
+/// Converts one tensor's data (`info.size` bytes) into its native form, on up to
+/// `threads` threads.
+pub fn convert(info: &TensorInfo, data: &[u8], threads: usize) -> Result<NativeTensor, GgufError> {
+    let ty = info.ggml_type;
+    let bad = |why: String| GgufError::BadTensor {
+        tensor: info.name.clone(),
+        why,
+    };
+    if data.len() as u64 != info.size {
+        return Err(bad(format!(
+            "{} bytes of data, expected {}",
+            data.len(),
+            info.size
+        )));
+    }
+    let shape: Vec<i32> = info.shape().iter().map(|&d| d as i32).collect();
+    let (bits, _) = held_as(ty).ok_or_else(|| GgufError::UnsupportedTensorType {
+        tensor: info.name.clone(),
+        type_name: ty.name,
+    })?;
+    let Some(bits) = bits else {
+        let values = blocks::dequantize(ty, data).expect("a float type decodes");
+        return Ok(NativeTensor::Dense { values, shape });
+    };
+    let cols = info.dims[0] as usize;
+    if !cols.is_multiple_of(ty.block_elements as usize) {
+        return Err(bad(format!(
+            "rows of {cols} values do not fill whole {} blocks",
+            ty.name
+        )));
+    }
+    let groups = info.elements() as usize / GROUP;
+    let words_per_group = GROUP * bits as usize / 32;
+    let mut packed = vec![0u32; groups * words_per_group];
+    let mut scales = vec![0f32; groups];
+    let mut biases = vec![0f32; groups];
+
+    let block_bytes = ty.block_bytes as usize;
+    let groups_per_block = ty.block_elements as usize / GROUP;
+    let blocks_total = data.len() / block_bytes;
+    let per_thread = blocks_total.div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|scope| {
+        let chunks = data
+            .chunks(per_thread * block_bytes)
+            .zip(packed.chunks_mut(per_thread * groups_per_block * words_per_group))
+            .zip(scales.chunks_mut(per_thread * groups_per_block))
+            .zip(biases.chunks_mut(per_thread * groups_per_block));
+        for (((data, packed), scales), biases) in chunks {
+            scope.spawn(move || {
+                convert_blocks(ty, bits, data, packed, scales, biases);
+            });
+        }
+    });
+
+    Ok(NativeTensor::Quantized {
+        packed,
+        scales,
+        biases,
+        shape,
+        bits,
+    })
+}
+
+/// Converts whole blocks into their groups' packed codes, scales and biases.
+fn convert_blocks(
+    ty: GgmlType,
+    bits: u32,
+    data: &[u8],
+    packed: &mut [u32],
+    scales: &mut [f32],
+    biases: &mut [f32],
+) {
+    let empty = AffineGroup {
+        scale: 0.0,
+        bias: 0.0,
+        codes: [0; GROUP],
+    };
+    let mut groups = vec![empty; ty.block_elements as usize / GROUP];
+    let mut floats = vec![0f32; ty.block_elements as usize];
+    let words = GROUP * bits as usize / 32;
+    let mut next = 0;
+    for block in data.chunks_exact(ty.block_bytes as usize) {
+        match blocks::layout(ty) {
+            Some(Layout::Affine { .. }) => blocks::affine_groups(ty, block, &mut groups),
+            _ => {
+                blocks::sixteens(ty, block, &mut floats);
+                for (g, values) in groups.iter_mut().zip(floats.chunks_exact(GROUP)) {
+                    let (scale, bias) = reference::quantize_group(values, bits, &mut g.codes);
+                    (g.scale, g.bias) = (scale, bias);
+                }
+            }
+        }
+        for g in &groups {
+            packed[next * words..(next + 1) * words].copy_from_slice(&pack::pack(&g.codes, bits));
+            scales[next] = g.scale;
+            biases[next] = g.bias;
+            next += 1;
+        }
+    }
+}
+
+impl NativeTensor {
+    /// The values, decoded (dense tensors as they are): for tests and checks.
+    pub fn values(&self) -> Vec<f32> {
+        match self {
+            NativeTensor::Dense { values, .. } => values.clone(),
+            NativeTensor::Quantized {
+                packed,
+                scales,
+                biases,
+                bits,
+                ..
+            } => pack::unpack(packed, *bits)
+                .chunks_exact(GROUP)
+                .zip(scales.iter().zip(biases))
+                .flat_map(|(codes, (&s, &b))| codes.iter().map(move |&c| f32::from(c) * s + b))
+                .collect(),
+        }
+    }
+}
+
+/// The shapes of a quantized tensor's packed words and of its scales (and biases): the
+/// tensor's `shape` with its last axis in words of `bits`-bit codes, and in groups.
+pub fn quantized_shapes(shape: &[i32], bits: u32) -> (Vec<i32>, Vec<i32>) {
+    let (mut words, mut groups) = (shape.to_vec(), shape.to_vec());
+    if let (Some(w), Some(g)) = (words.last_mut(), groups.last_mut()) {
+        *w = *w * bits as i32 / 32;
+        *g /= GROUP as i32;
+    }
+    (words, groups)
+}
