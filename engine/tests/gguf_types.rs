@@ -189,7 +189,14 @@ fn smollm2_k_quant_mixes_give_the_logits_of_their_values() {
         };
         let (quantization, unquantized) = run("F16");
         assert_eq!(quantization, "F16");
-        for &(name, description) in MIXES {
+        // MLX's operations take the same arrays: one mix (4-bit and 8-bit matrices) covers
+        // its products, and each load of a mix costs seconds in a debug build.
+        let mixes = if backend == Backend::HOST {
+            MIXES
+        } else {
+            &MIXES[1..2]
+        };
+        for &(name, description) in mixes {
             let (quantization, got) = run(name);
             assert_eq!(quantization, description);
             let (_, want) = run(&format!("{name}-values.F16"));
