@@ -154,16 +154,16 @@ fn convert_blocks(
     let mut groups = vec![empty; ty.block_elements as usize / GROUP];
     let mut floats = vec![0f32; ty.block_elements as usize];
     let words = GROUP * bits as usize / 32;
+    let affine = matches!(blocks::layout(ty), Some(Layout::Affine { .. }));
     let mut next = 0;
     for block in data.chunks_exact(ty.block_bytes as usize) {
-        match blocks::layout(ty) {
-            Some(Layout::Affine { .. }) => blocks::affine_groups(ty, block, &mut groups),
-            _ => {
-                blocks::sixteens(ty, block, &mut floats);
-                for (g, values) in groups.iter_mut().zip(floats.chunks_exact(GROUP)) {
-                    let (scale, bias) = reference::quantize_group(values, bits, &mut g.codes);
-                    (g.scale, g.bias) = (scale, bias);
-                }
+        if affine {
+            blocks::affine_groups(ty, block, &mut groups);
+        } else {
+            blocks::sixteens(ty, block, &mut floats);
+            for (g, values) in groups.iter_mut().zip(floats.chunks_exact(GROUP)) {
+                let (scale, bias) = reference::quantize_group(values, bits, &mut g.codes);
+                (g.scale, g.bias) = (scale, bias);
             }
         }
         for g in &groups {
@@ -189,7 +189,11 @@ impl NativeTensor {
             } => pack::unpack(packed, *bits)
                 .chunks_exact(GROUP)
                 .zip(scales.iter().zip(biases))
-                .flat_map(|(codes, (&s, &b))| codes.iter().map(move |&c| f32::from(c) * s + b))
+                .flat_map(|(codes, (&s, &b))| {
+                    codes
+                        .iter()
+                        .map(move |&c| reference::dequantize_code(c, s, b))
+                })
                 .collect(),
         }
     }

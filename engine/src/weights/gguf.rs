@@ -18,8 +18,8 @@ use crate::backend::Backend;
 use crate::error::LoadError;
 use crate::model::config::{Family, ModelConfig, RopeConfig, RopeScaling};
 
-/// GGUF's quantization block length.
-const GGUF_GROUP_SIZE: i32 = 32;
+/// The group size of every quantized GGUF tensor as the engine holds it.
+const GGUF_GROUP_SIZE: i32 = crate::gguf::blocks::GROUP as i32;
 
 /// An open GGUF file: metadata lookups and its tensors.
 pub struct Gguf {
