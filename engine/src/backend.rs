@@ -184,14 +184,27 @@ impl Backend {
         self.compute.dtype()
     }
 
-    /// The dtype a KIVI cache keeps its scales, zeros and residual window in: float16 when
-    /// the model computes in float32 (a float32 window and float32 scales would hold a
-    /// K2V2 cache 3.8x smaller than float16 instead of 5.2x), otherwise the compute dtype.
-    /// Keys and values of these models stay well inside float16's range.
+    /// The dtype a KIVI cache keeps its scales, zeros and residual window in, and the host
+    /// backend its full cache: float16 when the model computes in float32 (a float32
+    /// window and float32 scales would hold a K2V2 cache 3.8x smaller than float16 instead
+    /// of 5.2x, and a float32 full cache is twice the bytes every decode step reads),
+    /// otherwise the compute dtype. Keys and values of these models stay well inside
+    /// float16's range.
     pub fn storage_dtype(&self) -> Dtype {
         match self.compute {
             Precision::F32 => Dtype::Float16,
             other => other.dtype(),
+        }
+    }
+
+    /// The dtype a full-precision cache keeps its keys and values in: the storage dtype
+    /// with the host kernels (their decode loop converts float16 as it reads), the compute
+    /// dtype with MLX's operations, whose fused attention reads its inputs' dtype (a
+    /// float16 cache under float32 compute would be converted in full at every step).
+    pub fn full_cache_dtype(&self) -> Dtype {
+        match self.kernels {
+            Kernels::Host => self.storage_dtype(),
+            Kernels::Mlx => self.compute_dtype(),
         }
     }
 

@@ -77,16 +77,28 @@ pub struct KvShape {
     pub head_dim: usize,
 }
 
-/// Bytes of one model's KV caches holding `tokens` positions, for a model computing in
-/// `dtype_bytes`-byte floats: a full cache holds keys and values in the compute dtype; a
-/// KIVI cache holds its scales, zeros and residual window in 16 bits
-/// ([`Backend::storage_dtype`]).
-pub fn kv_cache_bytes(shape: KvShape, tokens: usize, cache: &CacheConfig, dtype_bytes: u64) -> u64 {
+/// Bytes of one model's KV caches holding `tokens` positions on `backend`: a full cache
+/// holds keys and values in [`Backend::full_cache_dtype`]; a KIVI cache holds its scales,
+/// zeros and residual window in [`Backend::storage_dtype`].
+pub fn kv_cache_bytes(
+    shape: KvShape,
+    tokens: usize,
+    cache: &CacheConfig,
+    backend: &Backend,
+) -> u64 {
+    // The cache dtypes are float32, float16 and bfloat16.
+    let bytes = |dtype: mlx_rs::Dtype| {
+        if dtype == mlx_rs::Dtype::Float32 {
+            4
+        } else {
+            2
+        }
+    };
     let (t, d) = (tokens as u64, shape.head_dim as u64);
     let per_head = match cache {
-        CacheConfig::Full => 2 * t * d * dtype_bytes,
+        CacheConfig::Full => 2 * t * d * bytes(backend.full_cache_dtype()),
         CacheConfig::Kivi(k) => {
-            let dtype_bytes = dtype_bytes.min(2);
+            let dtype_bytes = bytes(backend.storage_dtype());
             let g = k.group_size() as u64;
             // The flush rule (sinks stay in full precision; the window ages out in whole
             // groups after them).
@@ -144,7 +156,7 @@ pub fn estimate(
         }
     };
     let context = context.unwrap_or(max_context).min(max_context);
-    let kv_cache = shape.map_or(0, |s| kv_cache_bytes(s, context, cache, dtype));
+    let kv_cache = shape.map_or(0, |s| kv_cache_bytes(s, context, cache, backend));
     let overhead = MemoryEstimate::from_weights(weights).overhead_bytes;
     Ok(MemoryNeed {
         weights,
@@ -289,32 +301,38 @@ mod tests {
 
     #[test]
     fn full_cache_bytes() {
-        // SmolLM2 at 8k tokens in float32: 30 layers x 3 heads x 64 x 2 (K and V) x 4.
+        use crate::backend::{Device, Precision};
+        // SmolLM2 at 8k tokens: 30 layers x 3 heads x 64 x 2 (K and V) x 2 bytes on the
+        // host (float16), x 4 with MLX's operations in float32.
+        let full = |backend: Backend| kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, &backend);
+        assert_eq!(full(Backend::HOST), 8192 * 30 * 3 * 64 * 2 * 2);
+        let mlx = Backend::mlx(Device::Cpu, Precision::F32);
+        assert_eq!(full(mlx), 8192 * 30 * 3 * 64 * 2 * 4);
         assert_eq!(
-            kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, 4),
-            8192 * 30 * 3 * 64 * 2 * 4
+            full(Backend::mlx(Device::Gpu, Precision::F16)),
+            full(Backend::HOST)
         );
-        assert_eq!(kv_cache_bytes(SHAPE, 0, &CacheConfig::Full, 4), 0);
+        assert_eq!(kv_cache_bytes(SHAPE, 0, &CacheConfig::Full, &mlx), 0);
     }
 
     #[test]
     fn kivi_cache_bytes_follow_the_flush_rule() {
         let k2 = CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 128).unwrap());
         // Within the window (R + G - 1 tokens) everything is full precision.
-        // A float32 model: the window, scales and zeros are float16 all the same.
-        let one = |t| kv_cache_bytes(SHAPE, t, &k2, 4) / 90;
+        // The host backend computes in float32: the window, scales and zeros are float16.
+        let one = |t| kv_cache_bytes(SHAPE, t, &k2, &Backend::HOST) / 90;
         assert_eq!(one(159), 2 * 159 * 64 * 2);
         // One token more and a group of 32 is quantized: 2 bits per element plus a scale
         // and a zero per key channel and per value group.
         let quantized = 32 * 64 * 2 / 8 * 2 + (64 + 32 * 2) * 2 * 2;
         assert_eq!(one(160), quantized + 2 * 128 * 64 * 2);
-        let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, 4);
-        let kivi = kv_cache_bytes(SHAPE, 8192, &k2, 4);
-        assert!(kivi * 5 < full, "{kivi} vs {full}");
+        let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, &Backend::HOST);
+        let kivi = kv_cache_bytes(SHAPE, 8192, &k2, &Backend::HOST);
+        assert!(kivi * 5 / 2 < full, "{kivi} vs {full}");
         // Four sinks: the first group is quantized four tokens later, and the sinks count
         // as full precision.
         let s4: CacheConfig = "k2v2-g32-r128-s4".parse().unwrap();
-        let one = |t| kv_cache_bytes(SHAPE, t, &s4, 4) / 90;
+        let one = |t| kv_cache_bytes(SHAPE, t, &s4, &Backend::HOST) / 90;
         assert_eq!(one(163), 2 * 163 * 64 * 2);
         assert_eq!(one(164), quantized + 2 * (4 + 128) * 64 * 2);
     }

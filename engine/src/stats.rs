@@ -175,10 +175,10 @@ mod tests {
         let stats = KvStats::from_caches(&caches);
         assert_eq!(stats.layers.len(), 2);
         assert_eq!(stats.total.tokens, 3);
-        // Per layer: keys and values, 3 tokens x 4 channels, float32 held vs float16.
-        assert_eq!(stats.total.held_bytes, 2 * 2 * 12 * 4);
+        // Per layer: keys and values, 3 tokens x 4 channels, held in float16 on the host.
+        assert_eq!(stats.total.held_bytes, 2 * 2 * 12 * 2);
         assert_eq!(stats.total.fp16_bytes, 2 * 2 * 12 * 2);
-        assert_eq!(stats.compression, 2.0);
+        assert_eq!(stats.compression, 1.0);
         assert_eq!(stats.tokens_until_flush, 0);
     }
 

@@ -47,11 +47,13 @@ fn argmax(row: &[f32]) -> u32 {
         .unwrap() as u32
 }
 
-/// Host and MLX steps give the same logits (float32 sums in another order: about 1e-4 of
-/// logits of 10-30) and so the same greedy tokens. With a KIVI cache the bound is looser:
-/// keys that differ in the last bit can round to the neighbouring 2-bit code, a whole
-/// quantization step, so `kivi_tolerance` applies there.
-fn check(model: &Path, prompt: &[u32], count: usize, tolerance: f32, kivi_tolerance: f32) {
+/// Host and MLX steps give the same logits to within `tolerance` and so the same greedy
+/// tokens. float32 sums in another order differ by about 1e-4 of logits of 10-30; the
+/// bound is looser for two reasons: the host's full cache holds its keys and values in
+/// float16, MLX's float32 one in float32 (2.8e-2 on SmolLM2, 2.8e-4 on the tiny model),
+/// and in a KIVI cache keys that differ in the last bit can round to the neighbouring
+/// 2-bit code, a whole quantization step.
+fn check(model: &Path, prompt: &[u32], count: usize, tolerance: f32) {
     let on_host = load_local(model, Backend::HOST).unwrap();
     let on_mlx = load_local(model, MLX).unwrap();
     for config in ["full", "k2v2-g32-r32", "k4v4-g32-r128"] {
@@ -65,10 +67,6 @@ fn check(model: &Path, prompt: &[u32], count: usize, tolerance: f32, kivi_tolera
             }
         }
         println!("{config}: largest logit difference {worst:e}");
-        let tolerance = match config {
-            CacheConfig::Full => tolerance,
-            CacheConfig::Kivi(_) => kivi_tolerance,
-        };
         assert!(
             worst < tolerance,
             "{config}: host and MLX logits differ by {worst}"
@@ -92,12 +90,12 @@ fn host_steps_match_mlx_on_smollm2() {
     // tokens), so both implementations attend over the same full-precision keys;
     // mac_path.rs compares them across flushes, where 2-bit codes make the comparison
     // statistical.
-    check(&path, &prompt, 40, 2e-3, 5e-2);
+    check(&path, &prompt, 40, 5e-2);
 }
 
 #[test]
 fn host_steps_match_mlx_on_a_dense_model() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-mistral");
     // Head dim 32: the K/V shapes the KIVI configurations group without clamping.
-    check(&dir, &[1, 5, 9, 200, 17, 3], 40, 1e-4, 1e-3);
+    check(&dir, &[1, 5, 9, 200, 17, 3], 40, 1e-3);
 }

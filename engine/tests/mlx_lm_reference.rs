@@ -18,9 +18,17 @@ use kivi_engine::session::Request;
 use mlx_rs::Array;
 use serde_json::Value;
 
-/// Largest allowed difference of a logit (typical logits are 10-30; float32 sums in a
-/// different order differ by about 1e-4).
-const TOLERANCE: f32 = 2e-3;
+/// Largest allowed difference of a logit on `backend` (typical logits are 10-30). float32
+/// sums in a different order differ by about 1e-4; the host backend's full cache holds its
+/// keys and values in float16 (mlx-lm's, and MLX's float32 operations', in float32), which
+/// moved logits by up to 4e-3.
+fn tolerance(backend: Backend) -> f32 {
+    if backend.full_cache_dtype() == mlx_rs::Dtype::Float32 {
+        2e-3
+    } else {
+        1e-2
+    }
+}
 
 fn fixture() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2_mlx_lm.json");
@@ -66,7 +74,7 @@ fn logits(loaded: &LoadedModel, tokens: &[u32], chunks: &[usize]) -> Vec<Vec<f32
 }
 
 /// Compares logits with the fixture's top entries; returns the largest difference.
-fn compare(rows: &[Vec<f32>], fixture: &Value) -> f32 {
+fn compare(rows: &[Vec<f32>], fixture: &Value, backend: Backend) -> f32 {
     let positions = fixture["positions"].as_array().unwrap();
     assert_eq!(rows.len(), positions.len());
     let mut worst = 0.0f32;
@@ -87,7 +95,7 @@ fn compare(rows: &[Vec<f32>], fixture: &Value) -> f32 {
             let diff = (row[*id as usize] - want).abs();
             worst = worst.max(diff);
             assert!(
-                diff < TOLERANCE,
+                diff < tolerance(backend),
                 "position {p} token {id}: {} vs {want}",
                 row[*id as usize]
             );
@@ -114,10 +122,14 @@ fn gguf_logits_on(backend: Backend) {
             .unwrap(),
         prompt
     );
-    let worst = compare(&logits(&loaded, &prompt, &[prompt.len()]), &fixture);
+    let worst = compare(
+        &logits(&loaded, &prompt, &[prompt.len()]),
+        &fixture,
+        backend,
+    );
     println!("{backend}, one pass: largest logit difference {worst:e}");
     // Chunked prefill and single-token steps go through the cache and RoPE offsets.
-    let worst = compare(&logits(&loaded, &prompt, &[4, 1, 5]), &fixture);
+    let worst = compare(&logits(&loaded, &prompt, &[4, 1, 5]), &fixture, backend);
     println!("{backend}, chunks 4+1+5: largest logit difference {worst:e}");
 }
 
@@ -151,7 +163,7 @@ fn long_prompt_on(backend: Backend) {
         let diff = (row[*id as usize] - want.as_f64().unwrap() as f32).abs();
         worst = worst.max(diff);
         assert!(
-            diff < TOLERANCE,
+            diff < tolerance(backend),
             "{backend}, token {id}: {} vs {want}",
             row[*id as usize]
         );
@@ -201,6 +213,6 @@ fn converted_mlx_folder_matches_the_gguf_and_mlx_lm() {
             .unwrap(),
         prompt
     );
-    let worst = compare(&logits(&loaded, &prompt, &[3, 7]), &fixture);
+    let worst = compare(&logits(&loaded, &prompt, &[3, 7]), &fixture, Backend::HOST);
     println!("safetensors folder: largest logit difference {worst:e}");
 }

@@ -167,3 +167,81 @@ fn reads_float16_storage() {
         assert!(err.relative < 1e-4, "K{kb}V{vb} vs MLX: {err:?}");
     }
 }
+
+/// A full-precision cache's float16 buffers (with headroom after each pair's tokens) give
+/// attention over the float16-rounded keys and values, for several lengths (one span and
+/// several, chunks and a partial chunk), head layouts and a batch of two.
+#[test]
+fn decode_window_equals_attention_over_the_rounded_window() {
+    use half::f16;
+    let scale = 0.125;
+    for (heads, kv_heads, batch) in [(9, 3, 1), (4, 4, 2), (14, 2, 1)] {
+        for tokens in [1, 77, 600, 3000] {
+            let capacity = tokens + 5;
+            let d = 64;
+            let layers: Vec<Layer> = (0..batch)
+                .map(|b| {
+                    let seed = (tokens * 10 + b + heads) as u64;
+                    Layer::new(seed, Profile::Outliers, (heads, kv_heads, d), tokens, 1)
+                })
+                .collect();
+            let rounded =
+                |x: &[f32]| -> Vec<f32> { x.iter().map(|&x| f16::from_f32(x).to_f32()).collect() };
+            // [B * kv_heads, capacity, D], the headroom filled with what must not be read.
+            let buffer = |part: fn(&Layer) -> &[f32]| -> Vec<f16> {
+                let mut out = vec![f16::from_f32(1e4); batch * kv_heads * capacity * d];
+                for (b, layer) in layers.iter().enumerate() {
+                    for (h, head) in part(layer).chunks_exact(tokens * d).enumerate() {
+                        let at = (b * kv_heads + h) * capacity * d;
+                        for (o, &x) in out[at..][..tokens * d].iter_mut().zip(head) {
+                            *o = f16::from_f32(x);
+                        }
+                    }
+                }
+                out
+            };
+            let (keys, values) = (buffer(|l| &l.keys), buffer(|l| &l.values));
+            let queries: Vec<f32> = layers.iter().flat_map(|l| l.queries.clone()).collect();
+            let window = fused::HostWindow {
+                keys: &keys,
+                values: &values,
+                batch,
+                kv_heads,
+                key_dim: d,
+                value_dim: d,
+                len: tokens,
+                capacity,
+            };
+            let out = fused::decode_window(&queries, heads, window, scale).unwrap();
+            for (b, layer) in layers.iter().enumerate() {
+                let shape = AttnShape {
+                    heads,
+                    kv_heads,
+                    queries: 1,
+                    tokens,
+                    dim: d,
+                };
+                let want = reference_attention::attention(
+                    &layer.queries,
+                    &rounded(&layer.keys),
+                    &rounded(&layer.values),
+                    shape,
+                    scale,
+                );
+                let got = &out[b * heads * d..(b + 1) * heads * d];
+                let err = reference_attention::compare(got, &want, d);
+                assert!(
+                    err.relative < 1e-5,
+                    "{heads}/{kv_heads} heads, batch {b}, {tokens} tokens: {err:?}"
+                );
+            }
+            // What does not fit is refused, not read out of bounds.
+            let short = fused::HostWindow {
+                len: capacity + 1,
+                ..window
+            };
+            assert!(fused::decode_window(&queries, heads, short, scale).is_err());
+            assert!(fused::decode_window(&queries[1..], heads, window, scale).is_err());
+        }
+    }
+}

@@ -2,13 +2,17 @@
 //!
 //! Two storages behind one type, chosen by the backend:
 //!
-//! - With the host kernels, host float32 buffers `[B * H, capacity, D]` that grow with a
-//!   little headroom (1/64 of the length, at least 4 tokens), so that a decode step writes
-//!   one token instead of copying the whole cache, and attention runs the host kernel
-//!   ([`kivi_kernels::host::attention`]: BLAS products and a vectorized softmax). Appending
-//!   by concatenation copied the whole cache every step (12.6 MB per layer at 8k tokens,
-//!   as much as attention itself reads), and MLX's CPU softmax computes `exp` one lane at
-//!   a time.
+//! - With the host kernels, host float16 buffers `[B * H, capacity, D]` (the backend's
+//!   [`Backend::storage_dtype`], as other CPU engines keep their caches: half the bytes of
+//!   float32 for every decode step to read) that grow with a little headroom (1/64 of the
+//!   length, at least 4 tokens), so that a decode step writes one token instead of copying
+//!   the whole cache. A decode step runs the fused kernel's window loops
+//!   ([`kivi_kernels::fused::decode_window`]: float16 converted a chunk at a time, the
+//!   tokens shared out among threads); a prompt chunk converts the held tokens to float32
+//!   once and runs the host kernel ([`kivi_kernels::host::attention`]: BLAS products and a
+//!   vectorized softmax). Appending by concatenation copied the whole cache every step
+//!   (12.6 MB per layer at 8k tokens, as much as attention itself reads), and MLX's CPU
+//!   softmax computes `exp` one lane at a time.
 //! - With MLX's operations (a Mac's GPU), MLX buffers `[B, H, capacity, D]` in the compute
 //!   dtype that grow in steps of [`MLX_STEP`] tokens and are written in place (a slice
 //!   update, which MLX performs on the buffer itself when nothing else holds it), and
@@ -27,9 +31,12 @@ use mlx_rs::{
     Array, Dtype,
 };
 
+use half::{f16, slice::HalfFloatSliceExt};
+
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
 use kivi_kernels::{
+    fused::{self, HostWindow},
     host::{
         attention::{self as host_attention, Segment, Shape},
         readable,
@@ -51,7 +58,7 @@ enum Store {
     Empty,
     /// MLX buffers in the compute dtype.
     Mlx(MlxKv),
-    /// Host float32 buffers (CPU).
+    /// Host float16 buffers (CPU).
     Host(HostKv),
 }
 
@@ -133,8 +140,8 @@ struct HostKv {
     value_dim: usize,
     len: usize,
     capacity: usize,
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: Vec<f16>,
+    values: Vec<f16>,
 }
 
 impl HostKv {
@@ -166,8 +173,8 @@ impl HostKv {
             needed + (needed / 64).max(4)
         };
         let (pairs, old_capacity, len) = (self.pairs(), self.capacity, self.len);
-        let grow = |old: &[f32], dim: usize| -> Vec<f32> {
-            let mut new = vec![0f32; pairs * capacity * dim];
+        let grow = |old: &[f16], dim: usize| -> Vec<f16> {
+            let mut new = vec![f16::ZERO; pairs * capacity * dim];
             for p in 0..pairs {
                 let from = &old[p * old_capacity * dim..][..len * dim];
                 new[p * capacity * dim..][..len * dim].copy_from_slice(from);
@@ -179,7 +186,7 @@ impl HostKv {
         self.capacity = capacity;
     }
 
-    /// Appends `[B, H, L, D]` keys and values given as host slices.
+    /// Appends `[B, H, L, D]` keys and values given as host slices, rounded to float16.
     fn append(&mut self, keys: &[f32], values: &[f32], len: usize) {
         self.reserve(self.len + len);
         let (cap, at) = (self.capacity, self.len);
@@ -189,30 +196,43 @@ impl HostKv {
         ] {
             for p in 0..self.batch * self.heads {
                 buffer[(p * cap + at) * dim..][..len * dim]
-                    .copy_from_slice(&new[p * len * dim..][..len * dim]);
+                    .convert_from_f32_slice(&new[p * len * dim..][..len * dim]);
             }
         }
         self.len += len;
     }
 
-    fn segment(&self, keys: bool) -> Segment<'_> {
+    /// The held keys or values in float32, `[B * H, len, D]`, for a prompt chunk's
+    /// products.
+    fn float32(&self, keys: bool) -> Vec<f32> {
         let (data, dim) = if keys {
             (&self.keys, self.key_dim)
         } else {
             (&self.values, self.value_dim)
         };
-        Segment {
-            data,
+        let mut out = vec![0f32; self.pairs() * self.len * dim];
+        for (p, out) in out.chunks_exact_mut(self.len * dim).enumerate() {
+            data[p * self.capacity * dim..][..self.len * dim].convert_to_f32_slice(out);
+        }
+        out
+    }
+
+    fn window(&self) -> HostWindow<'_> {
+        HostWindow {
+            keys: &self.keys,
+            values: &self.values,
+            batch: self.batch,
+            kv_heads: self.heads,
+            key_dim: self.key_dim,
+            value_dim: self.value_dim,
             len: self.len,
-            head_stride: self.capacity * dim,
-            row_stride: dim,
-            channel_major: false,
+            capacity: self.capacity,
         }
     }
 
-    /// The first `len` tokens as `[B, H, len, D]` arrays.
+    /// The first `len` tokens as `[B, H, len, D]` float16 arrays.
     fn arrays(&self) -> (Array, Array) {
-        let copy = |buffer: &[f32], dim: usize| {
+        let copy = |buffer: &[f16], dim: usize| {
             let mut out = Vec::with_capacity(self.pairs() * self.len * dim);
             for p in 0..self.pairs() {
                 out.extend_from_slice(&buffer[p * self.capacity * dim..][..self.len * dim]);
@@ -319,15 +339,28 @@ impl KvCache for FullCache {
                     dim: dk,
                     value_dim: dv,
                 };
-                let mut out = vec![0f32; b * qh * l * dv];
-                host_attention::attend(
-                    slice(&q)?,
-                    shape,
-                    &[host.segment(true)],
-                    &[host.segment(false)],
-                    scale,
-                    &mut out,
-                )?;
+                let out = if l == 1 {
+                    fused::decode_window(slice(&q)?, qh, host.window(), scale)?
+                } else {
+                    let (keys, values) = (host.float32(true), host.float32(false));
+                    let segment = |data, dim: usize| Segment {
+                        data,
+                        len: host.len,
+                        head_stride: host.len * dim,
+                        row_stride: dim,
+                        channel_major: false,
+                    };
+                    let mut out = vec![0f32; b * qh * l * dv];
+                    host_attention::attend(
+                        slice(&q)?,
+                        shape,
+                        &[segment(&keys, dk)],
+                        &[segment(&values, dv)],
+                        scale,
+                        &mut out,
+                    )?;
+                    out
+                };
                 let out = Array::from_slice(&out, &[b as i32, qh as i32, l as i32, dv as i32]);
                 Ok(if queries.dtype() == Dtype::Float32 {
                     out
@@ -391,7 +424,7 @@ impl KvCache for FullCache {
             ),
             Store::Host(host) => (
                 host.len,
-                ((host.keys.len() + host.values.len()) * std::mem::size_of::<f32>()) as u64,
+                ((host.keys.len() + host.values.len()) * std::mem::size_of::<f16>()) as u64,
                 (host.pairs() * host.len * (host.key_dim + host.value_dim)) as u64,
             ),
         };
@@ -488,8 +521,19 @@ mod tests {
     use kivi_kernels::attention::full_precision;
 
     fn f32s(a: &Array) -> Vec<f32> {
+        let a = a.as_dtype(Dtype::Float32).unwrap();
         a.eval().unwrap();
         a.as_slice::<f32>().to_vec()
+    }
+
+    /// What a cache on `backend` holds of `a`: rounded to float16 on the host.
+    fn as_held(a: &Array, backend: Backend) -> Array {
+        if backend == Backend::HOST {
+            let rounded = a.as_dtype(Dtype::Float16).unwrap();
+            rounded.as_dtype(Dtype::Float32).unwrap()
+        } else {
+            a.clone()
+        }
     }
 
     fn normals(seed: u64, shape: &[i32]) -> Array {
@@ -529,10 +573,12 @@ mod tests {
                 .attend(&part(&queries), &part(&keys), &part(&values), 0.25)
                 .unwrap();
             at += len;
+            // Against attention over what the cache holds (float16 on the host), the
+            // kernels' own difference: the summation order.
             let want = full_precision(
                 &part(&queries),
-                &keys.index((.., .., ..at, ..)),
-                &values.index((.., .., ..at, ..)),
+                &as_held(&keys.index((.., .., ..at, ..)), backend),
+                &as_held(&values.index((.., .., ..at, ..)), backend),
                 0.25,
             )
             .unwrap();
@@ -545,7 +591,8 @@ mod tests {
             assert_eq!(cache.len(), at as usize);
             let stats = cache.stats();
             assert_eq!(stats.fp16_bytes, (2 * kv * at * d * 2) as u64);
-            assert!(stats.held_bytes >= (2 * kv * at * d * 4) as u64);
+            let element = if backend == Backend::HOST { 2 } else { 4 };
+            assert!(stats.held_bytes >= (2 * kv * at * d * element) as u64);
         }
         // Saved and restored, truncated: the same contents.
         let state = cache.state().unwrap();
@@ -603,6 +650,6 @@ mod tests {
         let kv = normals(4, &[1, 1, 3, 4]);
         let q = normals(5, &[1, 2, 3, 4]);
         cache.attend(&q, &kv, &kv, 0.5).unwrap();
-        assert_eq!(cache.stats().held_bytes, 2 * 12 * 4);
+        assert_eq!(cache.stats().held_bytes, 2 * 12 * 2);
     }
 }

@@ -12,17 +12,24 @@
 //! It reads the evaluated MLX buffers as host slices ([`view`]) and returns a new array,
 //! so it ends the lazy graph at the layer's queries (harmless on the CPU, where MLX runs
 //! each op as it comes anyway). It is used for single-position decode with float32
-//! queries and keys per channel; everything else takes the other paths. Tested against
-//! the reference and the MLX path in `kernels/tests/fused.rs`.
+//! queries and keys per channel; everything else takes the other paths. The host
+//! backend's full-precision cache decodes through its window loops alone
+//! ([`decode_window`]: float16 host buffers, all of them window). Tested against the
+//! reference and the MLX path in `kernels/tests/fused.rs`.
 
 mod loops;
 mod span;
 mod view;
 
+use half::f16;
 use mlx_rs::{Array, Dtype};
 use rayon::prelude::*;
 
-use crate::{cache_view::CacheView, host::buffers::slice, KernelError, KeyAxis};
+use crate::{
+    cache_view::CacheView,
+    host::buffers::{slice, Floats},
+    KernelError, KeyAxis,
+};
 use span::{spans, Partial};
 use view::{Held, Parts};
 
@@ -90,6 +97,77 @@ fn decode_on(
         &out,
         &[batch, heads, 1, kv.value_dim as i32],
     ))
+}
+
+/// The keys and values of a full-precision cache in host memory, in float16: pair
+/// `p = b * kv_heads + h` holds its `len` tokens from token `p * capacity` (`[capacity, D]`
+/// rows, the rest headroom).
+#[derive(Debug, Clone, Copy)]
+pub struct HostWindow<'a> {
+    pub keys: &'a [f16],
+    pub values: &'a [f16],
+    pub batch: usize,
+    pub kv_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+    pub len: usize,
+    pub capacity: usize,
+}
+
+/// Attention output `[B, H, Dv]` of one query position per head (`queries` `[B, H, D]`,
+/// the newest token's) over all of `window`'s tokens: the KIVI kernel's window loops, with
+/// the tokens shared out among threads in spans.
+pub fn decode_window(
+    queries: &[f32],
+    heads: usize,
+    window: HostWindow<'_>,
+    scale: f32,
+) -> Result<Vec<f32>, KernelError> {
+    let w = window;
+    let pairs = w.batch * w.kv_heads;
+    if w.kv_heads == 0
+        || !heads.is_multiple_of(w.kv_heads)
+        || queries.len() != w.batch * heads * w.key_dim
+    {
+        return Err(KernelError::Shape(format!(
+            "{} query floats do not fit {} heads over {} x {} KV heads of {}",
+            queries.len(),
+            heads,
+            w.batch,
+            w.kv_heads,
+            w.key_dim
+        )));
+    }
+    if w.len == 0
+        || w.len > w.capacity
+        || w.keys.len() < pairs * w.capacity * w.key_dim
+        || w.values.len() < pairs * w.capacity * w.value_dim
+    {
+        return Err(KernelError::Shape(format!(
+            "a window of {} tokens in buffers of {} and {} halves ({} pairs of {} tokens)",
+            w.len,
+            w.keys.len(),
+            w.values.len(),
+            pairs,
+            w.capacity
+        )));
+    }
+    let kv = Parts {
+        batch: w.batch,
+        heads: w.kv_heads,
+        key_dim: w.key_dim,
+        value_dim: w.value_dim,
+        quantized: 0,
+        residual: w.len,
+        window_stride: w.capacity,
+        keys: None,
+        values: None,
+        residual_keys: Floats::F16(w.keys),
+        residual_values: Floats::F16(w.values),
+    };
+    let q: Vec<f32> = queries.iter().map(|x| x * scale).collect();
+    let threads = rayon::current_num_threads().min(MAX_THREADS);
+    Ok(attend(&kv, &q, heads / w.kv_heads, threads))
 }
 
 /// Attention of pre-scaled queries `q` (`[pairs, rep, D]`) over the whole cache,

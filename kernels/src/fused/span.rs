@@ -1,5 +1,5 @@
-//! How one decode call splits the cache among threads: spans of whole quantized groups,
-//! and what each span gives back for the combined softmax.
+//! How one decode call splits the cache among threads: spans of whole quantized groups
+//! and of window tokens, and what each span gives back for the combined softmax.
 
 use std::ops::Range;
 
@@ -9,12 +9,12 @@ use std::ops::Range;
 /// `decode_timing 1024 2048`, K4V4 with float16 storage).
 const MIN_SPAN_TOKENS: usize = 512;
 
-/// Tokens one thread attends: quantized tokens `tokens` (whole groups), and the residual
-/// window if `residual`.
-#[derive(Debug, Clone)]
+/// Tokens one thread attends: quantized tokens `tokens` (whole groups) and window tokens
+/// `window` (counted from the window's first token).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Span {
     pub(super) tokens: Range<usize>,
-    pub(super) residual: bool,
+    pub(super) window: Range<usize>,
 }
 
 /// One span's attention for `rep` query rows of one KV head: `out` (`[rep, Dv]`) is
@@ -25,22 +25,32 @@ pub(super) struct Partial {
     pub(super) sum: Vec<f32>,
 }
 
-/// The spans for `threads` threads: runs of whole groups of the quantized tokens, the
-/// first also taking the residual window of `residual` tokens, sized so that each span
-/// has about as many tokens in all (a window token costs about what a quantized one does).
-/// A span left with nothing (the window alone outweighing a share) is dropped.
-pub(super) fn spans(quantized: usize, residual: usize, group: usize, threads: usize) -> Vec<Span> {
-    let groups = quantized / group;
-    let count = threads.min((quantized + residual) / MIN_SPAN_TOKENS).max(1);
-    // The window counted as groups of the first span.
-    let window = residual.div_ceil(group);
-    let bound = |i: usize| ((groups + window) * i / count).saturating_sub(window) * group;
+/// The spans for `threads` threads: the `quantized` tokens, then the `window` tokens, cut
+/// into runs of about equal length (a window token costs about what a quantized one
+/// does), with the cuts inside the quantized tokens on whole groups. A full-precision
+/// cache is all window, and its tokens are shared out like a KIVI cache's.
+pub(super) fn spans(quantized: usize, window: usize, group: usize, threads: usize) -> Vec<Span> {
+    let total = quantized + window;
+    let count = threads.min(total / MIN_SPAN_TOKENS).max(1);
+    let bound = |i: usize| {
+        let at = total * i / count;
+        if at < quantized {
+            at / group * group
+        } else {
+            at
+        }
+    };
     (0..count)
-        .map(|i| Span {
-            tokens: bound(i)..bound(i + 1),
-            residual: i == 0,
+        .map(|i| {
+            let (from, to) = (bound(i), bound(i + 1));
+            Span {
+                tokens: from.min(quantized)..to.min(quantized),
+                window: from.max(quantized) - quantized..to.max(quantized) - quantized,
+            }
         })
-        .filter(|s| s.residual || !s.tokens.is_empty())
+        .enumerate()
+        .filter(|(i, s)| *i == 0 || !s.tokens.is_empty() || !s.window.is_empty())
+        .map(|(_, s)| s)
         .collect()
 }
 
@@ -49,34 +59,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn spans_cover_the_quantized_tokens_in_whole_groups() {
-        assert_eq!(spans(0, 0, 32, 4).len(), 1);
+    fn spans_cover_the_quantized_tokens_in_whole_groups_then_the_window() {
+        assert_eq!(
+            spans(0, 0, 32, 4),
+            [Span {
+                tokens: 0..0,
+                window: 0..0
+            }]
+        );
         assert_eq!(spans(864, 128, 32, 4).len(), 1);
-        // Nothing quantized: the window alone, not an empty second span.
-        assert_eq!(spans(0, 1024, 32, 2).len(), 1);
-        for (quantized, residual, group, threads) in [
+        // Nothing quantized: the window shared out (a full-precision cache).
+        assert_eq!(
+            spans(0, 1024, 32, 2),
+            [
+                Span {
+                    tokens: 0..0,
+                    window: 0..512
+                },
+                Span {
+                    tokens: 0..0,
+                    window: 512..1024
+                }
+            ]
+        );
+        for (quantized, window, group, threads) in [
             (4096, 128, 32, 2),
             (8192, 0, 128, 3),
             (5024, 32, 32, 8),
             (2048, 4096, 32, 2),
+            (0, 8195, 32, 3),
+            (128, 1024, 128, 2),
         ] {
-            let spans = spans(quantized, residual, group, threads);
+            let spans = spans(quantized, window, group, threads);
             assert_eq!(
                 spans.len(),
-                threads.min((quantized + residual) / MIN_SPAN_TOKENS)
+                threads.min((quantized + window) / MIN_SPAN_TOKENS)
             );
-            assert_eq!(spans[0].tokens.start, 0);
-            assert_eq!(spans.last().unwrap().tokens.end, quantized);
+            let (first, last) = (&spans[0], spans.last().unwrap());
+            assert_eq!((first.tokens.start, first.window.start), (0, 0));
+            assert_eq!((last.tokens.end, last.window.end), (quantized, window));
             for pair in spans.windows(2) {
                 assert_eq!(pair[0].tokens.end, pair[1].tokens.start);
+                assert_eq!(pair[0].window.end, pair[1].window.start);
             }
             assert!(spans.iter().all(|s| s.tokens.start % group == 0));
-            assert!(spans[0].residual && spans.iter().filter(|s| s.residual).count() == 1);
-            // Balanced: the first span's window plus tokens match the others' tokens to
-            // within a group (unless the window alone is more than a share).
-            let share = (quantized + residual) / spans.len();
-            for s in &spans[1..] {
-                assert!(s.tokens.len().abs_diff(share) <= group || residual > share);
+            // Balanced to within a group.
+            let share = (quantized + window) / spans.len();
+            for s in &spans {
+                assert!(
+                    (s.tokens.len() + s.window.len()).abs_diff(share) <= group,
+                    "{s:?} of {quantized} + {window}"
+                );
             }
         }
     }

@@ -163,6 +163,7 @@ impl Held {
             value_dim,
             quantized,
             residual,
+            window_stride: residual,
             keys,
             values,
             residual_keys,
@@ -178,7 +179,11 @@ pub(super) struct Parts<'a> {
     pub(super) key_dim: usize,
     pub(super) value_dim: usize,
     pub(super) quantized: usize,
+    /// Tokens in the window.
     pub(super) residual: usize,
+    /// Tokens from one pair's window to the next's in `residual_keys` and
+    /// `residual_values`: the window's length, or a buffer's capacity.
+    pub(super) window_stride: usize,
     pub(super) keys: Option<Quantized<'a>>,
     pub(super) values: Option<Quantized<'a>>,
     pub(super) residual_keys: Floats<'a>,
