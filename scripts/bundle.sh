@@ -37,9 +37,15 @@ mkdir -p "$stage/mlx/lib" "$stage/mlx_cpu.libs"
 cp "$site/mlx/lib/libmlx.so" "$stage/mlx/lib/"
 cp "$site"/mlx_cpu.libs/*.so* "$stage/mlx_cpu.libs/"
 
-build() {
-  (cd src-tauri && "$tauri" build "${flag[@]}" --bundles "$1")
-}
+if [ "$profile" = debug ]; then
+  # The debug package is the test stages' build: the workspace's targets, as the app stage
+  # builds them (`tauri build` would build kivi-chat alone, whose dependency features differ,
+  # and compile tokio, tauri, mlx-rs and the engine again), then `tauri bundle` packs it.
+  cargo build --workspace --all-targets
+  build() { (cd src-tauri && "$tauri" bundle --debug --bundles "$1"); }
+else
+  build() { (cd src-tauri && "$tauri" build --bundles "$1"); }
+fi
 if [ $# -gt 0 ]; then
   build "$1"
 else

@@ -44,11 +44,11 @@ prepare() {
   say "building the release test binaries: ${TESTS[*]}"
   local args=() t
   for t in "${TESTS[@]}"; do args+=(--test "$t"); done
-  local json
-  json=$(cargo test --release -p kivi-engine "${args[@]}" --no-run --message-format=json)
+  local exes
+  exes=$(scripts/test-executables.sh --release -p kivi-engine "${args[@]}")
   for t in "${TESTS[@]}"; do
     local exe
-    exe=$(grep -o "\"executable\":\"[^\"]*/deps/$t-[^\"]*\"" <<<"$json" | tail -1 | cut -d'"' -f4)
+    exe=$(awk -F'\t' -v name="$t" '$1 == name { print $2 }' <<<"$exes")
     [ -x "$exe" ] || die "cargo built no executable for the test $t"
     cp "$exe" "$stage/bin/$t"
   done

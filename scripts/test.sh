@@ -51,10 +51,21 @@ stage_mac() {
   # a step-by-step one (decode_loop.rs), and the KIVI cache against the
   # reference quantizer bit for bit with float16 storage. Debug builds: the GPU-stream
   # guard (engine/src/gpu_rules.rs) checks every array the model makes.
-  KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --test tiny_models --test mac_path \
-    --test decode_loop
-  KIVI_BACKEND=mlx-cpu-f16 cargo test -p kivi-engine --lib -- \
-    the_quantized_history_is_the_reference_quantizer_bit_for_bit
+  # The rust stage's executables, run directly (scripts/test-executables.sh says why).
+  local exes
+  exes=$(scripts/test-executables.sh --workspace)
+  mac_test() {
+    local exe
+    exe=$(awk -F'\t' -v name="$1" '$1 == name { print $2 }' <<<"$exes")
+    [ -x "$exe" ] || { echo "mac: cargo built no test executable '$1'" >&2; return 1; }
+    shift
+    echo "mac: $(basename "$exe") $*"
+    (cd engine && KIVI_BACKEND=mlx-cpu-f16 "$exe" "$@")
+  }
+  mac_test tiny_models
+  mac_test mac_path
+  mac_test decode_loop
+  mac_test kivi_engine the_quantized_history_is_the_reference_quantizer_bit_for_bit
 }
 
 stage_fuzz() {
@@ -81,7 +92,6 @@ stage_app() {
 
 stage_package() {
   stage "package: the .deb installed, started with no built-in model, a model added, an answer"
-  [ -x target/debug/kivi-chat ] || { (cd ui && npm run build); cargo build --workspace --all-targets; }
   scripts/e2e-package.sh
 }
 
