@@ -40,11 +40,37 @@ KIVI_BIN="${KIVI_BIN:-$TARGET_DIR/release/kivi}"
 [ -f "$MODEL" ] || { echo "no model at $MODEL: run scripts/setup.sh data" >&2; exit 1; }
 [ -f "$TEXT" ] || { echo "no text at $TEXT: run scripts/setup.sh data" >&2; exit 1; }
 
-# llama.cpp's tools, built once from the sdist's vendored source.
+# The CPU features llama.cpp is built for. On x86 they are named one by one from
+# /proc/cpuinfo instead of GGML_NATIVE (-march=native), which would also turn on AMX:
+# llama-bench's AMX int8 path (ggml_backend_amx_mul_mat) crashed as soon as a depth was
+# given (`-d 512`) on a Xeon with AMX, and `--repack 0`, which avoids it, also takes away the
+# repacked weights that every other CPU runs. Elsewhere (Apple silicon) GGML_NATIVE.
+cpu_options() {
+    if [ "$(uname -m)" != x86_64 ] || [ ! -r /proc/cpuinfo ]; then
+        echo -DGGML_NATIVE=ON
+        return
+    fi
+    local flags option feature
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    echo -DGGML_NATIVE=OFF
+    for option in AVX:avx AVX2:avx2 FMA:fma F16C:f16c BMI2:bmi2 AVX_VNNI:avx_vnni \
+        AVX512:avx512f AVX512_VBMI:avx512vbmi AVX512_VNNI:avx512_vnni AVX512_BF16:avx512_bf16; do
+        feature=${option#*:}
+        if [[ "$flags" == *" $feature "* ]]; then
+            echo "-DGGML_${option%%:*}=ON"
+        else
+            echo "-DGGML_${option%%:*}=OFF"
+        fi
+    done
+}
+
+# llama.cpp's tools, built once from the sdist's vendored source (again when the CPU
+# options change).
 build_llama_cpp() {
-    local bin="$DEPS/build/bin"
+    local bin="$DEPS/build/bin" options
+    options=$(cpu_options | tr '\n' ' ')
     if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-quantize" ] \
-        && [ -x "$bin/llama-tokenize" ]; then
+        && [ -x "$bin/llama-tokenize" ] && [ "$(cat "$DEPS/build/cpu-options" 2>/dev/null)" = "$options" ]; then
         return
     fi
     mkdir -p "$DEPS"
@@ -58,11 +84,14 @@ build_llama_cpp() {
         mv "$tmp/llama_cpp_python-$LLAMA_VERSION/vendor/llama.cpp" "$DEPS/src"
         rm -rf "$tmp"
     fi
-    cmake -S "$DEPS/src" -B "$DEPS/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+    # shellcheck disable=SC2086 # one option per word
+    cmake -S "$DEPS/src" -B "$DEPS/build" -DCMAKE_BUILD_TYPE=Release $options \
         -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
     cmake --build "$DEPS/build" -j "$(nproc)" \
         --target llama-bench llama-perplexity llama-quantize llama-tokenize
+    echo "$options" >"$DEPS/build/cpu-options"
+    echo "llama.cpp built with: $options"
 }
 
 build_llama_cpp
