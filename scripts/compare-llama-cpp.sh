@@ -14,7 +14,7 @@
 # with cmake into .deps/llama.cpp (once; about 15 minutes on 2 cores). Both engines run in
 # rounds, in alternating order, each measurement in its own process; the report gives
 # medians and per-round ratios (scripts/compare_llama_cpp.py). Needs the project's .venv
-# and a release build of kivi (built if missing).
+# and a release build of kivi (built, or brought up to date, unless KIVI_BIN names one).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +34,7 @@ PPL_CONFIGS="${PPL_CONFIGS:-full,k4v4-g32-r128,k4v2-g32-r128,k2v2-g32-r128,k4v2-
 LLAMA_VERSION=0.3.36
 DEPS="$ROOT/.deps/llama.cpp"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+KIVI_BIN_GIVEN="${KIVI_BIN:-}"
 KIVI_BIN="${KIVI_BIN:-$TARGET_DIR/release/kivi}"
 
 [ -x "$PY" ] || { echo "no $PY: run scripts/setup.sh first" >&2; exit 1; }
@@ -98,9 +99,12 @@ build_llama_cpp
 if [ "${BUILD_ONLY:-0}" = 1 ]; then
     exit 0
 fi
-if [ ! -x "$KIVI_BIN" ]; then
+# The checkout's kivi, rebuilt where the sources changed (cargo does nothing otherwise);
+# a KIVI_BIN given is taken as it is.
+if [ -z "${KIVI_BIN_GIVEN:-}" ]; then
     (cd "$ROOT" && cargo build --release -p kivi-cli)
 fi
+[ -x "$KIVI_BIN" ] || { echo "no kivi binary at $KIVI_BIN" >&2; exit 1; }
 mkdir -p "$OUT"
 LLAMA="$DEPS/build/bin"
 
