@@ -66,7 +66,7 @@ APT_PACKAGES=(
 # Node 20; mlx-lm 0.32.2 requires Python 3.11 and MLX 0.32.2's macOS wheels exist for
 # 3.10 to 3.14.
 MAC_MIN_MACOS=14
-MIN_RUST=1.88
+MIN_RUST=1.89
 MIN_NODE=20
 MAC_PY_MIN=3.11
 MAC_PY_MAX=3.14

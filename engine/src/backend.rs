@@ -23,6 +23,7 @@ use std::str::FromStr;
 use mlx_rs::Dtype;
 use serde::{Deserialize, Serialize};
 
+pub use kivi_kernels::qmatmul::Activations;
 pub use kivi_kernels::Kernels;
 
 /// OpenBLAS's kernel choice, for executables to correct first thing in `main`
@@ -31,6 +32,9 @@ pub use kivi_kernels::host::openblas;
 
 /// The environment variable [`Backend::chosen`] reads.
 pub const BACKEND_ENV: &str = "KIVI_BACKEND";
+
+/// The environment variable [`Backend::host_activations`] reads (`float` or `int8`).
+pub const HOST_ACTIVATIONS_ENV: &str = "KIVI_HOST_ACTIVATIONS";
 
 /// Where MLX's operations run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -208,6 +212,25 @@ impl Backend {
         }
     }
 
+    /// How the host kernels' quantized products take their inputs: in float32 unless
+    /// `KIVI_HOST_ACTIVATIONS=int8` asks for them quantized to int8 per block of 32, as
+    /// llama.cpp's CPU products do, so that a block of codes is one integer dot product
+    /// (VNNI or AVX2). Float is the default because int8 inputs cost about 1% of
+    /// perplexity in decode steps on SmolLM2 for a gain that this project has not yet
+    /// measured apart from its machines' noise (`docs/benchmarks.md`).
+    pub fn host_activations(&self) -> Activations {
+        // Read once: every decode step asks.
+        static CHOSEN: std::sync::OnceLock<Activations> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| match std::env::var(HOST_ACTIVATIONS_ENV) {
+            Ok(v) if v.trim() == "int8" => Activations::Int8,
+            Ok(v) if !v.trim().is_empty() && v.trim() != "float" => {
+                eprintln!("{HOST_ACTIVATIONS_ENV}={v:?} is neither float nor int8: using float");
+                Activations::Float
+            }
+            _ => Activations::Float,
+        })
+    }
+
     /// Whether `rows` positions run through the host kernels (a decode step on the host
     /// backend) rather than MLX's operations.
     pub fn host_step(&self, rows: usize) -> bool {
@@ -285,7 +308,13 @@ impl Backend {
             " (KV cache in float16)".to_string()
         };
         match self.kernels {
-            Kernels::Host => format!("host kernels on the CPU, float32{storage}"),
+            Kernels::Host => {
+                let inputs = match self.host_activations() {
+                    Activations::Float => "",
+                    Activations::Int8 => ", int8 inputs to quantized products",
+                };
+                format!("host kernels on the CPU, float32{storage}{inputs}")
+            }
             Kernels::Mlx => format!(
                 "MLX on the {}, {}{storage}",
                 match self.device {

@@ -12,7 +12,8 @@
 //!   ([`CacheView`]), by the implementation [`Kernels`] names.
 //! - [`fused`]: a plain-Rust CPU kernel for single-position decode attention.
 //! - [`host`]: float32 attention, softmax and `sgemm` on host memory, for the CPU.
-//! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust, for CPU decode.
+//! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust, for CPU decode, with
+//!   float32 or int8 inputs.
 //! - [`testdata`]: seeded random keys and values (with outliers) for tests and benchmarks.
 
 pub mod attention;

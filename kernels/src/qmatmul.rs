@@ -15,10 +15,28 @@
 //!
 //! Bits 2, 4 and 8 are supported. Results agree with MLX's kernel to float rounding (the
 //! sums run in a different order); tested in `kernels/tests/qmatmul.rs`.
+//!
+//! With [`Activations::Int8`] the input rows are quantized to int8 first and each block of
+//! 32 codes becomes one integer dot product ([`int8`]).
 
 use rayon::prelude::*;
 
 use crate::KernelError;
+
+mod int8;
+
+pub use int8::BLOCK as INT8_BLOCK;
+
+/// How the input rows enter the product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activations {
+    /// As they are, in float32: the result is the exact product to float rounding.
+    Float,
+    /// Quantized to int8 per block of [`INT8_BLOCK`] values (`max|x| / 127` steps), with
+    /// integer dot products against the codes; matrices whose groups do not hold whole
+    /// blocks are multiplied in float32.
+    Int8,
+}
 
 /// A quantized weight matrix `[rows, cols]` as host slices, in MLX's layout.
 #[derive(Debug, Clone, Copy)]
@@ -100,6 +118,7 @@ pub fn qmatmul(
     m: usize,
     w: &QuantMatrix<'_>,
     out: &mut [f32],
+    activations: Activations,
 ) -> Result<(), KernelError> {
     w.check()?;
     if x.len() != m * w.cols || out.len() != m * w.rows {
@@ -125,20 +144,48 @@ pub fn qmatmul(
     } else {
         w.rows
     };
+    let int8 = (activations == Activations::Int8 && int8::supports(w.bits, w.group))
+        .then(|| int8::Int8Rows::new(x, w.cols, w.bits));
     for r in 0..m {
         let xr = &x[r * w.cols..(r + 1) * w.cols];
         let xs = &xsums[r * groups..(r + 1) * groups];
         let out_row = &mut out[r * w.rows..(r + 1) * w.rows];
+        let rows = |first: usize, chunk: &mut [f32]| match &int8 {
+            Some(x8) => int8::output_rows(w, x8, xs, r, first, chunk),
+            None => output_rows(w, xr, xs, first, chunk),
+        };
         if block >= w.rows {
-            output_rows(w, xr, xs, 0, out_row);
+            rows(0, out_row);
         } else {
             out_row
                 .par_chunks_mut(block)
                 .enumerate()
-                .for_each(|(i, chunk)| output_rows(w, xr, xs, i * block, chunk));
+                .for_each(|(i, chunk)| rows(i * block, chunk));
         }
     }
     Ok(())
+}
+
+/// Adds `sum_g b_og * xsum_g` to outputs `first..`.
+fn add_bias(w: &QuantMatrix<'_>, xsums: &[f32], first: usize, out: &mut [f32]) {
+    let groups = w.cols / w.group;
+    for (o, y) in (first..).zip(out.iter_mut()) {
+        let biases = &w.biases[o * groups..(o + 1) * groups];
+        // Eight independent partial sums, so that the compiler keeps them in one vector.
+        let mut lanes = [0f32; 8];
+        let (whole, rest) = biases.split_at(groups / 8 * 8);
+        for (b, s) in whole.chunks_exact(8).zip(xsums.chunks_exact(8)) {
+            for j in 0..8 {
+                lanes[j] += b[j] * s[j];
+            }
+        }
+        let tail: f32 = rest
+            .iter()
+            .zip(&xsums[whole.len()..])
+            .map(|(b, s)| b * s)
+            .sum();
+        *y += lanes.iter().sum::<f32>() + tail;
+    }
 }
 
 /// Weights (rows x cols) from which a product is shared across threads.
@@ -152,12 +199,11 @@ fn output_rows(w: &QuantMatrix<'_>, x: &[f32], xsums: &[f32], first: usize, out:
     for (o, y) in (first..).zip(out.iter_mut()) {
         let packed = &w.packed[o * words_per_row..(o + 1) * words_per_row];
         let scales = &w.scales[o * groups..(o + 1) * groups];
-        let biases = &w.biases[o * groups..(o + 1) * groups];
-        let bias: f32 = biases.iter().zip(xsums).map(|(b, s)| b * s).sum();
         // SAFETY: `dot_kernel` only returns the AVX2 kernel when the CPU has AVX2 and FMA;
         // the slices' lengths were checked by the caller.
-        *y = unsafe { kernel(packed, scales, x, w.bits, w.group) } + bias;
+        *y = unsafe { kernel(packed, scales, x, w.bits, w.group) };
     }
+    add_bias(w, xsums, first, out);
 }
 
 type DotKernel = unsafe fn(&[u32], &[f32], &[f32], u32, usize) -> f32;
@@ -352,7 +398,7 @@ mod tests {
     use super::*;
 
     /// A seeded matrix in MLX's layout and its dequantized form.
-    fn matrix(
+    pub(super) fn matrix(
         rows: usize,
         cols: usize,
         bits: u32,
@@ -401,7 +447,7 @@ mod tests {
                     group,
                 };
                 let mut out = vec![0f32; m * rows];
-                qmatmul(&x, m, &w, &mut out).unwrap();
+                qmatmul(&x, m, &w, &mut out, Activations::Float).unwrap();
                 let mut portable = vec![0f32; m * rows];
                 for r in 0..m {
                     for o in 0..rows {
@@ -418,10 +464,13 @@ mod tests {
                             unsafe { scaled_dot_portable(p, s, xr, bits, group) } + b;
                     }
                 }
+                let mut int8 = vec![0f32; m * rows];
+                qmatmul(&x, m, &w, &mut int8, Activations::Int8).unwrap();
                 for r in 0..m {
+                    let xr = &x[r * cols..(r + 1) * cols];
                     for o in 0..rows {
                         let want: f64 = (0..cols)
-                            .map(|i| f64::from(x[r * cols + i]) * f64::from(dense[o * cols + i]))
+                            .map(|i| f64::from(xr[i]) * f64::from(dense[o * cols + i]))
                             .sum();
                         for got in [out[r * rows + o], portable[r * rows + o]] {
                             assert!(
@@ -429,6 +478,24 @@ mod tests {
                                 "bits {bits} group {group}: {got} vs {want}"
                             );
                         }
+                        // int8 activations move each value by at most half a step of its
+                        // block (the bias term is exact): bounded by sum |code * scale| *
+                        // max|x_block| / 254.
+                        let bound: f64 = (0..cols)
+                            .map(|i| {
+                                let block = &xr[i / INT8_BLOCK * INT8_BLOCK..][..INT8_BLOCK];
+                                let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
+                                f64::from(dense[o * cols + i] - biases[(o * cols + i) / group])
+                                    .abs()
+                                    * f64::from(amax)
+                                    / 254.0
+                            })
+                            .sum();
+                        let got = f64::from(int8[r * rows + o]);
+                        assert!(
+                            (got - want).abs() <= bound * 1.001 + 1e-4 * (1.0 + want.abs()),
+                            "int8, bits {bits} group {group}: {got} vs {want}, bound {bound}"
+                        );
                     }
                 }
             }
@@ -466,7 +533,7 @@ mod tests {
             let mut rng = crate::testdata::XorShift::new(5);
             let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
             let mut out = vec![0f32; rows];
-            qmatmul(&x, 1, &w, &mut out).unwrap();
+            qmatmul(&x, 1, &w, &mut out, Activations::Float).unwrap();
             let mut serial = vec![0f32; rows];
             let xsums: Vec<f32> = x.chunks_exact(group).map(|g| g.iter().sum()).collect();
             output_rows(&w, &x, &xsums, 0, &mut serial);
@@ -487,9 +554,9 @@ mod tests {
             group: 32,
         };
         let mut out = vec![0f32; 4];
-        assert!(qmatmul(&[0.0; 63], 1, &w, &mut out).is_err());
+        assert!(qmatmul(&[0.0; 63], 1, &w, &mut out, Activations::Int8).is_err());
         let bad = QuantMatrix { rows: 5, ..w };
-        assert!(qmatmul(&[0.0; 64], 1, &bad, &mut [0.0; 5]).is_err());
+        assert!(qmatmul(&[0.0; 64], 1, &bad, &mut [0.0; 5], Activations::Float).is_err());
         assert!(!supports(3, 32));
         assert!(supports(8, 32));
     }

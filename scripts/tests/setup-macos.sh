@@ -261,7 +261,7 @@ check "gives xcodebuild -downloadComponent MetalToolchain" has "$OUT" "xcodebuil
 check "gives xcode-select -s /Applications/Xcode.app" has "$OUT" "xcode-select -s /Applications/Xcode.app"
 check "names cmake with brew install cmake" has "$OUT" "brew install cmake"
 check "names Node 20 with brew install node" has "$OUT" "brew install node"
-check "names Rust 1.88 with rustup update" has "$OUT" "Rust 1.88 or newer (found 1.80.1)"
+check "names Rust 1.89 with rustup update" has "$OUT" "Rust 1.89 or newer (found 1.80.1)"
 check "one error message for everything" test "$(grep -c 'error:' <<<"$OUT")" = 1
 check "Python 3.12 on PATH is good enough, not named" lacks "$OUT" "Python 3.11 to"
 check "no apt-get or dpkg-query" test -z "$(grep -E '^(apt|dpkg-query)' "$DIR/calls.log" || true)"

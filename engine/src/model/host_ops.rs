@@ -20,7 +20,7 @@ use kivi_kernels::{
         blas::{self, Operand},
         readable,
     },
-    qmatmul::{self, QuantMatrix},
+    qmatmul::{self, Activations, QuantMatrix},
 };
 use mlx_rs::{Array, Dtype};
 
@@ -36,12 +36,15 @@ use crate::error::ModelError;
 pub(super) struct HostOps<'a> {
     /// For the products the host kernels lack.
     mlx: MlxOps<'a>,
+    /// How quantized products take their inputs ([`Backend::host_activations`]).
+    activations: Activations,
 }
 
 impl<'a> HostOps<'a> {
     pub(super) fn new(backend: &'a Backend) -> Self {
         Self {
             mlx: MlxOps::new(backend),
+            activations: backend.host_activations(),
         }
     }
 }
@@ -130,11 +133,12 @@ impl<'a> HostMatrix<'a> {
     }
 
     /// `x @ W^T` for `m` rows `x` (`[m, cols]`), `[m, rows]`.
-    fn apply(&self, x: &[f32], m: usize) -> Result<Vec<f32>, ModelError> {
+    fn apply(&self, x: &[f32], m: usize, activations: Activations) -> Result<Vec<f32>, ModelError> {
         match self {
             HostMatrix::Quantized(w) => {
                 let mut out = vec![0f32; m * w.rows];
-                qmatmul::qmatmul(x, m, w, &mut out).map_err(|e| ModelError::Host(e.to_string()))?;
+                qmatmul::qmatmul(x, m, w, &mut out, activations)
+                    .map_err(|e| ModelError::Host(e.to_string()))?;
                 Ok(out)
             }
             &HostMatrix::Dense { data, rows, cols } => {
@@ -236,7 +240,7 @@ impl Ops for HostOps<'_> {
     ) -> Result<HostRows, ModelError> {
         let mut y = match HostMatrix::of(weight) {
             Some(w) => HostRows {
-                data: w.apply(&x.data, x.rows)?,
+                data: w.apply(&x.data, x.rows, self.activations)?,
                 rows: x.rows,
             },
             None => {
