@@ -3,7 +3,7 @@
 //! float32 activations against int8 activations: the weight products of a decode step.
 //! Run: `cargo bench -p kivi-kernels --bench qmatmul`; criterion prints both times per
 //! shape, and the line after each pair gives their ratio and the weight bytes read per
-//! second.
+//! second. The input row holds two outliers.
 
 use std::time::{Duration, Instant};
 
@@ -68,7 +68,11 @@ fn products(c: &mut Criterion) {
     ] {
         let w = Owned::new(rows, cols, bits);
         let mut rng = XorShift::new(3);
-        let x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+        let mut x: Vec<f32> = (0..cols).map(|_| rng.normal()).collect();
+        // Two outlier channels, as normalized hidden states have (int8 inputs multiply
+        // them in float32, one weight column each).
+        x[17] = 30.0;
+        x[300] = -25.0;
         let mut out = vec![0f32; rows];
         let name = format!("{rows}x{cols} {bits}-bit");
         let mut seconds = [0f64; 2];

@@ -41,7 +41,30 @@ pub(super) struct Int8Rows {
     /// `[m, cols / BLOCK]`: `128 * sum q` of each block, for the AVX2 8-bit kernel's sign
     /// trick.
     qsum128: Vec<i32>,
+    /// Per row, the values kept out of the int8 blocks (index, value): see [`OUTLIERS`].
+    outliers: Vec<Vec<(usize, f32)>>,
     cols: usize,
+}
+
+/// At most this many values per row, each above [`OUTLIER_RMS`] times the row's RMS, are
+/// multiplied in float32 instead of taking a block's int8 range. Why: normalized hidden
+/// states have a few outlier channels (SmolLM2's reach 20-40x the RMS), and one of them
+/// makes the step of its block so coarse that the other 31 values round to a few levels.
+/// Their products cost one weight column each.
+const OUTLIERS: usize = 8;
+
+/// See [`OUTLIERS`].
+const OUTLIER_RMS: f32 = 6.0;
+
+/// The indices of row `x`'s outliers, largest first.
+fn outliers(x: &[f32]) -> Vec<usize> {
+    let rms = (x.iter().map(|v| v * v).sum::<f32>() / x.len().max(1) as f32).sqrt();
+    let mut big: Vec<usize> = (0..x.len())
+        .filter(|&i| x[i].abs() > OUTLIER_RMS * rms)
+        .collect();
+    big.sort_by(|&a, &b| x[b].abs().total_cmp(&x[a].abs()));
+    big.truncate(OUTLIERS);
+    big
 }
 
 /// Code `i` of a block of [`BLOCK`] at `bits` sits at this position of the reordered block.
@@ -60,7 +83,20 @@ impl Int8Rows {
         let mut q = vec![0i8; x.len()];
         let mut d = Vec::with_capacity(blocks);
         let mut qsum128 = Vec::with_capacity(blocks);
-        for (xb, qb) in x.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)) {
+        let mut rest = x.to_vec();
+        let mut kept = Vec::new();
+        for row in rest.chunks_exact_mut(cols) {
+            let found: Vec<(usize, f32)> = if row.iter().all(|v| v.is_finite()) {
+                outliers(row).into_iter().map(|i| (i, row[i])).collect()
+            } else {
+                Vec::new()
+            };
+            for &(i, _) in &found {
+                row[i] = 0.0;
+            }
+            kept.push(found);
+        }
+        for (xb, qb) in rest.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)) {
             let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
             if xb.iter().any(|v| !v.is_finite()) {
                 d.push(f32::NAN);
@@ -85,20 +121,26 @@ impl Int8Rows {
             q,
             d,
             qsum128,
+            outliers: kept,
             cols,
         }
     }
 
-    /// Row `r` as the values its codes stand for (`d_k * q_i`), in the input's order.
+    /// Row `r` as the values it stands for (`d_k * q_i`, or the outlier itself), in the
+    /// input's order.
     #[cfg(test)]
     pub(super) fn dequantized(&self, r: usize, bits: u32) -> Vec<f64> {
         let (q, d, _) = self.row(r);
-        (0..self.cols)
+        let mut values: Vec<f64> = (0..self.cols)
             .map(|i| {
                 let (k, j) = (i / BLOCK, i % BLOCK);
                 f64::from(d[k]) * f64::from(q[k * BLOCK + position(j, bits)])
             })
-            .collect()
+            .collect();
+        for &(i, v) in &self.outliers[r] {
+            values[i] = f64::from(v);
+        }
+        values
     }
 
     /// Row `r`: its codes, steps and sums.
@@ -136,6 +178,13 @@ fn output_rows_with(
     out: &mut [f32],
 ) {
     let (q, d, qsum128) = x.row(r);
+    // Each outlier's word, shift and group in a weight row, found once for all rows.
+    let per_word = 32 / w.bits as usize;
+    let mask = (1u32 << w.bits) - 1;
+    let taps: Vec<(usize, u32, usize, f32)> = x.outliers[r]
+        .iter()
+        .map(|&(i, v)| (i / per_word, (i % per_word) as u32 * w.bits, i / w.group, v))
+        .collect();
     let groups = w.cols / w.group;
     let words_per_row = w.cols * w.bits as usize / 32;
     for (o, y) in (first..).zip(out.iter_mut()) {
@@ -153,7 +202,12 @@ fn output_rows_with(
         // SAFETY: `kernel` returns a SIMD kernel only when the CPU has its features; the
         // row's slices hold `cols` codes, `cols / BLOCK` blocks and `cols / group` groups
         // (checked by the caller).
-        *y = unsafe { kernel(&row) };
+        let mut y_o = unsafe { kernel(&row) };
+        for &(word, shift, g, v) in &taps {
+            let code = (row.packed[word] >> shift) & mask;
+            y_o += v * code as f32 * row.scales[g];
+        }
+        *y = y_o;
     }
 }
 
@@ -421,6 +475,9 @@ mod tests {
                 let xsums: Vec<f32> = x.chunks_exact(group).map(|g| g.iter().sum()).collect();
                 for r in 0..2 {
                     let xq = rows8.dequantized(r, bits);
+                    if r == 0 {
+                        assert_eq!(xq[5], 40.0, "the outlier is kept in float32");
+                    }
                     for (i, v) in xq.iter().enumerate() {
                         let xi = f64::from(x[r * cols + i]);
                         let amax = x[r * cols + i / BLOCK * BLOCK..][..BLOCK]
