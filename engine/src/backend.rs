@@ -216,7 +216,7 @@ impl Backend {
     /// `KIVI_HOST_ACTIVATIONS=int8` asks for them quantized to int8 per block of 32, as
     /// llama.cpp's CPU products do, so that a block of codes is one integer dot product
     /// (VNNI or AVX2). Float is the default: with it the engine's logits are mlx-lm's
-    /// (int8 inputs move SmolLM2's by up to 0.15 and its greedy tokens within 32 steps),
+    /// (int8 inputs move SmolLM2's by up to 0.15 and its greedy tokens within 40 steps),
     /// for a speed-up this project has not yet measured apart from its machines' noise
     /// (`docs/benchmarks.md`).
     pub fn host_activations(&self) -> Activations {
