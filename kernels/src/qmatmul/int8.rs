@@ -9,8 +9,8 @@
 //! `y_o = sum_k s_o(k) * d_k * (sum_{i in k} code_oi * q_i) + sum_g b_og * (sum_{i in g} x_i)`
 //!
 //! The bias term keeps the exact float sums of `x` (llama.cpp uses the quantized ones).
-//! The integer sums are exact, so every kernel computes the same block sums as
-//! [`block_dot_reference`]; only the float accumulation of the blocks runs in a different
+//! The integer sums are exact, so every kernel computes the same block sums as the plain
+//! Rust one (`portable`); only the float accumulation of the blocks runs in a different
 //! order. The activations' rounding (at most half a step of `max|x_k| / 127` per value)
 //! is the whole numeric difference from the float kernel.
 //!
