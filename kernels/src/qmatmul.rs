@@ -17,7 +17,7 @@
 //! sums run in a different order); tested in `kernels/tests/qmatmul.rs`.
 //!
 //! With [`Activations::Int8`] the input rows are quantized to int8 first and each block of
-//! 32 codes becomes one integer dot product ([`int8`]).
+//! 32 codes becomes one integer dot product (`qmatmul/int8.rs`).
 
 use rayon::prelude::*;
 
