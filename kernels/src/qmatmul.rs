@@ -170,22 +170,26 @@ pub fn qmatmul(
 fn add_bias(w: &QuantMatrix<'_>, xsums: &[f32], first: usize, out: &mut [f32]) {
     let groups = w.cols / w.group;
     for (o, y) in (first..).zip(out.iter_mut()) {
-        let biases = &w.biases[o * groups..(o + 1) * groups];
-        // Eight independent partial sums, so that the compiler keeps them in one vector.
-        let mut lanes = [0f32; 8];
-        let (whole, rest) = biases.split_at(groups / 8 * 8);
-        for (b, s) in whole.chunks_exact(8).zip(xsums.chunks_exact(8)) {
-            for j in 0..8 {
-                lanes[j] += b[j] * s[j];
-            }
-        }
-        let tail: f32 = rest
-            .iter()
-            .zip(&xsums[whole.len()..])
-            .map(|(b, s)| b * s)
-            .sum();
-        *y += lanes.iter().sum::<f32>() + tail;
+        *y += bias_term(&w.biases[o * groups..(o + 1) * groups], xsums);
     }
+}
+
+/// `sum_g b_g * xsum_g` for one weight row: the bias term of both kernels' plain-Rust paths.
+fn bias_term(biases: &[f32], xsums: &[f32]) -> f32 {
+    // Eight independent partial sums, so that the compiler keeps them in one vector.
+    let mut lanes = [0f32; 8];
+    let (whole, rest) = biases.split_at(biases.len() / 8 * 8);
+    for (b, s) in whole.chunks_exact(8).zip(xsums.chunks_exact(8)) {
+        for j in 0..8 {
+            lanes[j] += b[j] * s[j];
+        }
+    }
+    let tail: f32 = rest
+        .iter()
+        .zip(&xsums[whole.len()..])
+        .map(|(b, s)| b * s)
+        .sum();
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Weights (rows x cols) from which a product is shared across threads.

@@ -272,13 +272,7 @@ unsafe fn portable(row: &Row<'_>) -> f32 {
         }
         total += row.scales[k / blocks_per_group] * row.d[k] * sum as f32;
     }
-    total
-        + row
-            .biases
-            .iter()
-            .zip(row.xsums)
-            .map(|(b, s)| b * s)
-            .sum::<f32>()
+    total + super::bias_term(row.biases, row.xsums)
 }
 
 #[cfg(target_arch = "x86_64")]
