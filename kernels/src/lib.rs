@@ -14,6 +14,8 @@
 //! - [`host`]: float32 attention, softmax and `sgemm` on host memory, for the CPU.
 //! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust, for CPU decode, with
 //!   float32 or int8 inputs.
+//! - [`ggml`]: ggml's quantized blocks (GGUF tensor data) decoded, and converted to MLX's
+//!   affine layout.
 //! - [`testdata`]: seeded random keys and values (with outliers) for tests and benchmarks.
 
 pub mod attention;
@@ -21,6 +23,7 @@ mod cache_view;
 mod dispatch;
 mod error;
 pub mod fused;
+pub mod ggml;
 pub mod host;
 pub mod mlx_quant;
 pub mod pack;

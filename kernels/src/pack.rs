@@ -7,20 +7,32 @@
 /// If `bits` is not 2, 4 or 8, or `codes.len()` is not a multiple of `32 / bits`. Codes must
 /// be below `2^bits` (checked in debug builds).
 pub fn pack(codes: &[u8], bits: u32) -> Vec<u32> {
+    let mut words = vec![0; codes.len() / per_word(bits)];
+    pack_into(codes, bits, &mut words);
+    words
+}
+
+/// [`pack`] into `words`, which must hold exactly the packed codes.
+///
+/// # Panics
+/// As [`pack`], and if `words` is not `codes.len() / (32 / bits)` long.
+pub fn pack_into(codes: &[u8], bits: u32, words: &mut [u32]) {
     let per_word = per_word(bits);
     assert_eq!(codes.len() % per_word, 0, "codes must fill whole words");
-    codes
-        .chunks_exact(per_word)
-        .map(|chunk| {
-            chunk.iter().enumerate().fold(0u32, |word, (i, &code)| {
-                debug_assert!(
-                    u32::from(code) < (1 << bits),
-                    "code {code} exceeds {bits} bits"
-                );
-                word | (u32::from(code) << (i as u32 * bits))
-            })
-        })
-        .collect()
+    assert_eq!(
+        words.len(),
+        codes.len() / per_word,
+        "one word per {per_word} codes"
+    );
+    for (word, chunk) in words.iter_mut().zip(codes.chunks_exact(per_word)) {
+        *word = chunk.iter().enumerate().fold(0u32, |word, (i, &code)| {
+            debug_assert!(
+                u32::from(code) < (1 << bits),
+                "code {code} exceeds {bits} bits"
+            );
+            word | (u32::from(code) << (i as u32 * bits))
+        });
+    }
 }
 
 /// Unpacks words made by [`pack`] back into one code per byte.

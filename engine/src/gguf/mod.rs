@@ -9,17 +9,17 @@
 //! each count and length checked against the bytes that are left, each size computed
 //! without overflow, each tensor's data checked to lie inside the file and not to overlap
 //! another's; [`GgufHeader::check_loadable`] then checks types and shapes
-//! ([`validate_file`]), and [`native`] converts each tensor's blocks ([`blocks`]).
+//! ([`validate_file`]), and [`native`] converts each tensor's blocks
+//! ([`kivi_kernels::ggml`]).
 //!
 //! - [`GgufHeader::parse`] reads a whole file's bytes (the fuzzing entry point);
 //!   [`GgufHeader::read_file`] reads only as much of a file as its header spans.
 //! - [`Metadata`] answers typed lookups (`string`, `strings`, `numbers`), which the GGUF
 //!   tokenizer is built from.
-//! - [`blocks`] decodes ggml's blocks (the reference); [`native`] turns a tensor into the
-//!   floats or MLX-quantized triplets the model runs.
+//! - [`native`] turns a tensor into the floats or MLX-quantized triplets the model runs,
+//!   with [`kivi_kernels::ggml`]'s block decoders (the reference).
 //! - [`write::to_bytes`] writes small GGUF files, for tests and fuzzing seeds.
 
-pub mod blocks;
 mod cursor;
 mod error;
 pub mod native;
@@ -33,7 +33,7 @@ use std::path::Path;
 
 use cursor::Cursor;
 pub use error::GgufError;
-pub use tensor::{GgmlType, TensorInfo, LOADABLE};
+pub use tensor::{GgmlType, TensorInfo};
 pub use value::{code, type_name, Array, Metadata, Value};
 
 /// The tensor types [`GgufHeader::check_loadable`] accepts, for messages.
@@ -239,7 +239,7 @@ impl GgufHeader {
     }
 
     /// Checks what the engine's loader needs beyond a well-formed file: tensors of the
-    /// types it decodes ([`blocks`]), with 1 to 4 non-empty dimensions that fit MLX's `int`
+    /// types it decodes ([`GgmlType::blocks`]), with 1 to 4 non-empty dimensions that fit MLX's `int`
     /// shapes, quantized ones named `*.weight` (their scales and biases are added beside).
     pub fn check_loadable(&self) -> Result<(), GgufError> {
         let names: HashSet<&str> = self.tensors.iter().map(|t| t.name.as_str()).collect();

@@ -17,9 +17,9 @@
 //! against llama.cpp on the same file (64.8 against 56.4); at 8 bits the two engines agree
 //! (docs/benchmarks.md, "GGUF types").
 
+use kivi_kernels::ggml::{self, BlockType, Layout, GROUP};
 use kivi_kernels::{pack, reference};
 
-use super::blocks::{self, AffineGroup, Layout, GROUP};
 use super::{GgmlType, GgufError, TensorInfo};
 
 /// A tensor in a form the engine runs.
@@ -50,7 +50,7 @@ pub enum NativeTensor {
 /// How a GGUF type is held: bits per code of the affine layout (`None`: floats) and
 /// whether the values are kept exactly.
 pub fn held_as(ty: GgmlType) -> Option<(Option<u32>, bool)> {
-    Some(match blocks::layout(ty)? {
+    Some(match ty.blocks()?.layout() {
         Layout::Float => (None, true),
         Layout::Affine { code_bits: 4 } => (Some(4), true),
         Layout::Affine { .. } => (Some(8), true),
@@ -61,7 +61,7 @@ pub fn held_as(ty: GgmlType) -> Option<(Option<u32>, bool)> {
 /// How a type is held, in words for the model's description: its name where it is held
 /// as stored ("Q4_K"), else what it became ("Q5_0 as 8-bit").
 pub fn describe(ty: GgmlType) -> String {
-    let stored_bits = match blocks::layout(ty) {
+    let stored_bits = match ty.blocks().map(BlockType::layout) {
         Some(Layout::Affine { code_bits }) => Some(code_bits),
         _ => None,
     };
@@ -90,12 +90,14 @@ pub fn convert(info: &TensorInfo, data: &[u8], threads: usize) -> Result<NativeT
         )));
     }
     let shape: Vec<i32> = info.shape().iter().map(|&d| d as i32).collect();
-    let (bits, _) = held_as(ty).ok_or_else(|| GgufError::UnsupportedTensorType {
+    let unsupported = || GgufError::UnsupportedTensorType {
         tensor: info.name.clone(),
         type_name: ty.name,
-    })?;
+    };
+    let blocks = ty.blocks().ok_or_else(unsupported)?;
+    let (bits, _) = held_as(ty).ok_or_else(unsupported)?;
     let Some(bits) = bits else {
-        let values = blocks::dequantize(ty, data).expect("a float type decodes");
+        let values = ggml::dequantize(blocks, data);
         return Ok(NativeTensor::Dense { values, shape });
     };
     let cols = info.dims[0] as usize;
@@ -123,7 +125,7 @@ pub fn convert(info: &TensorInfo, data: &[u8], threads: usize) -> Result<NativeT
             .zip(biases.chunks_mut(per_thread * groups_per_block));
         for (((data, packed), scales), biases) in chunks {
             scope.spawn(move || {
-                convert_blocks(ty, bits, data, packed, scales, biases);
+                ggml::to_affine(blocks, bits, data, packed, scales, biases);
             });
         }
     });
@@ -135,44 +137,6 @@ pub fn convert(info: &TensorInfo, data: &[u8], threads: usize) -> Result<NativeT
         shape,
         bits,
     })
-}
-
-/// Converts whole blocks into their groups' packed codes, scales and biases.
-fn convert_blocks(
-    ty: GgmlType,
-    bits: u32,
-    data: &[u8],
-    packed: &mut [u32],
-    scales: &mut [f32],
-    biases: &mut [f32],
-) {
-    let empty = AffineGroup {
-        scale: 0.0,
-        bias: 0.0,
-        codes: [0; GROUP],
-    };
-    let mut groups = vec![empty; ty.block_elements as usize / GROUP];
-    let mut floats = vec![0f32; ty.block_elements as usize];
-    let words = GROUP * bits as usize / 32;
-    let affine = matches!(blocks::layout(ty), Some(Layout::Affine { .. }));
-    let mut next = 0;
-    for block in data.chunks_exact(ty.block_bytes as usize) {
-        if affine {
-            blocks::affine_groups(ty, block, &mut groups);
-        } else {
-            blocks::sixteens(ty, block, &mut floats);
-            for (g, values) in groups.iter_mut().zip(floats.chunks_exact(GROUP)) {
-                let (scale, bias) = reference::quantize_group(values, bits, &mut g.codes);
-                (g.scale, g.bias) = (scale, bias);
-            }
-        }
-        for g in &groups {
-            packed[next * words..(next + 1) * words].copy_from_slice(&pack::pack(&g.codes, bits));
-            scales[next] = g.scale;
-            biases[next] = g.bias;
-            next += 1;
-        }
-    }
 }
 
 impl NativeTensor {

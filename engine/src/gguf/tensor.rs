@@ -1,5 +1,7 @@
 //! Tensor descriptions: ggml types, shapes and where the data lies.
 
+use kivi_kernels::ggml::BlockType;
+
 /// A ggml tensor type: its name and block layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GgmlType {
@@ -50,10 +52,6 @@ const TYPES: &[(u32, &str, u64, u64)] = &[
     (39, "MXFP4", 32, 17),
 ];
 
-/// Codes of the types the engine loads: those [`super::blocks`] decodes (F32, F16, Q4_0,
-/// Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, BF16).
-pub const LOADABLE: &[u32] = &[0, 1, 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 30];
-
 impl GgmlType {
     /// The type for a code, if ggml has one.
     pub fn from_code(code: u32) -> Option<GgmlType> {
@@ -68,9 +66,15 @@ impl GgmlType {
             })
     }
 
+    /// The block type, where the engine decodes this type ([`kivi_kernels::ggml`]: F32,
+    /// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K).
+    pub fn blocks(&self) -> Option<BlockType> {
+        BlockType::from_name(self.name)
+    }
+
     /// Whether the engine can load tensors of this type.
     pub fn loadable(&self) -> bool {
-        LOADABLE.contains(&self.code)
+        self.blocks().is_some()
     }
 
     /// Whether tensors of this type load as quantized triplets (`weight`, `scales`,

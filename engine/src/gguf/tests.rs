@@ -638,3 +638,26 @@ fn read_file_reads_only_what_the_header_spans() {
         4096
     );
 }
+
+/// The block decoders' sizes ([`kivi_kernels::ggml::BlockType`]) are ggml's, as the type
+/// table that reads the file has them: every block type has its code, and the same block.
+#[test]
+fn the_block_decoders_have_the_type_tables_sizes() {
+    use kivi_kernels::ggml::BlockType;
+    let loadable: Vec<GgmlType> = (0..64)
+        .filter_map(GgmlType::from_code)
+        .filter(GgmlType::loadable)
+        .collect();
+    assert_eq!(loadable.len(), BlockType::ALL.len());
+    for ty in loadable {
+        let blocks = ty.blocks().unwrap();
+        assert_eq!(blocks.name(), ty.name);
+        assert_eq!(
+            blocks.block_elements() as u64,
+            ty.block_elements,
+            "{}",
+            ty.name
+        );
+        assert_eq!(blocks.block_bytes() as u64, ty.block_bytes, "{}", ty.name);
+    }
+}

@@ -19,7 +19,7 @@ use crate::error::LoadError;
 use crate::model::config::{Family, ModelConfig, RopeConfig, RopeScaling};
 
 /// The group size of every quantized GGUF tensor as the engine holds it.
-const GGUF_GROUP_SIZE: i32 = crate::gguf::blocks::GROUP as i32;
+const GGUF_GROUP_SIZE: i32 = kivi_kernels::ggml::GROUP as i32;
 
 /// An open GGUF file: metadata lookups and its tensors.
 pub struct Gguf {

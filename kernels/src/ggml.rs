@@ -1,7 +1,9 @@
-//! ggml's tensor blocks decoded in plain Rust: the reference for every GGUF tensor type
-//! the engine loads. The layouts are those of ggml's block structs (`ggml-common.h`);
+//! ggml's tensor blocks (the data of GGUF files) in plain Rust: decoded to floats (the
+//! reference for every GGUF tensor type the engine loads) and converted to MLX's affine
+//! layout. The layouts are those of ggml's block structs (`ggml-common.h`);
 //! `engine/tests/gguf_types.rs` checks every decoder against the `gguf` Python package's
-//! independent one.
+//! independent one. Here rather than in the engine's GGUF reader because a model load runs
+//! these loops over every weight: in this crate they are optimized in debug builds too.
 //!
 //! Seven quantized types are affine in runs of 32 values (`x = scale * code + bias`, codes
 //! of 4, 5 or 8 bits): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q5_K. MLX's quantized layout
@@ -10,7 +12,96 @@
 
 use half::{bf16, f16};
 
-use super::GgmlType;
+use crate::{pack, reference};
+
+/// The ggml block types this module decodes.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockType {
+    F32,
+    F16,
+    BF16,
+    Q4_0,
+    Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
+    Q2_K,
+    Q3_K,
+    Q4_K,
+    Q5_K,
+    Q6_K,
+}
+
+impl BlockType {
+    /// Every type, in ggml's code order.
+    pub const ALL: [BlockType; 13] = [
+        BlockType::F32,
+        BlockType::F16,
+        BlockType::Q4_0,
+        BlockType::Q4_1,
+        BlockType::Q5_0,
+        BlockType::Q5_1,
+        BlockType::Q8_0,
+        BlockType::Q2_K,
+        BlockType::Q3_K,
+        BlockType::Q4_K,
+        BlockType::Q5_K,
+        BlockType::Q6_K,
+        BlockType::BF16,
+    ];
+
+    /// ggml's name for the type ("Q4_1").
+    pub fn name(self) -> &'static str {
+        self.sizes().0
+    }
+
+    /// The type of a ggml name, if this module decodes it.
+    pub fn from_name(name: &str) -> Option<BlockType> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Values per block (1 for the float types).
+    pub fn block_elements(self) -> usize {
+        self.sizes().1
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        self.sizes().2
+    }
+
+    fn sizes(self) -> (&'static str, usize, usize) {
+        use BlockType::*;
+        match self {
+            F32 => ("F32", 1, 4),
+            F16 => ("F16", 1, 2),
+            BF16 => ("BF16", 1, 2),
+            Q4_0 => ("Q4_0", 32, 18),
+            Q4_1 => ("Q4_1", 32, 20),
+            Q5_0 => ("Q5_0", 32, 22),
+            Q5_1 => ("Q5_1", 32, 24),
+            Q8_0 => ("Q8_0", 32, 34),
+            Q2_K => ("Q2_K", 256, 84),
+            Q3_K => ("Q3_K", 256, 110),
+            Q4_K => ("Q4_K", 256, 144),
+            Q5_K => ("Q5_K", 256, 176),
+            Q6_K => ("Q6_K", 256, 210),
+        }
+    }
+
+    /// How the type's blocks decode.
+    pub fn layout(self) -> Layout {
+        use BlockType::*;
+        match self {
+            F32 | F16 | BF16 => Layout::Float,
+            Q4_0 | Q4_1 | Q4_K => Layout::Affine { code_bits: 4 },
+            Q5_0 | Q5_1 | Q5_K => Layout::Affine { code_bits: 5 },
+            Q8_0 => Layout::Affine { code_bits: 8 },
+            Q2_K | Q3_K | Q6_K => Layout::Sixteens,
+        }
+    }
+}
 
 /// Values per affine group: ggml's 32-value blocks, and the sub-blocks of Q4_K and Q5_K.
 pub const GROUP: usize = 32;
@@ -24,6 +115,15 @@ pub struct AffineGroup {
     pub bias: f32,
     /// One code per value.
     pub codes: [u8; GROUP],
+}
+
+impl AffineGroup {
+    /// All zero: a starting value to fill.
+    pub const EMPTY: AffineGroup = AffineGroup {
+        scale: 0.0,
+        bias: 0.0,
+        codes: [0; GROUP],
+    };
 }
 
 /// How a type's blocks decode.
@@ -40,18 +140,6 @@ pub enum Layout {
     Sixteens,
 }
 
-/// The layout of a type the engine decodes, or `None`.
-pub fn layout(ty: GgmlType) -> Option<Layout> {
-    Some(match ty.name {
-        "F32" | "F16" | "BF16" => Layout::Float,
-        "Q4_0" | "Q4_1" | "Q4_K" => Layout::Affine { code_bits: 4 },
-        "Q5_0" | "Q5_1" | "Q5_K" => Layout::Affine { code_bits: 5 },
-        "Q8_0" => Layout::Affine { code_bits: 8 },
-        "Q2_K" | "Q3_K" | "Q6_K" => Layout::Sixteens,
-        _ => return None,
-    })
-}
-
 fn half_at(b: &[u8], i: usize) -> f32 {
     f16::from_le_bytes([b[i], b[i + 1]]).to_f32()
 }
@@ -62,18 +150,15 @@ fn half_at(b: &[u8], i: usize) -> f32 {
 /// # Panics
 /// If `block` is not one block of `ty`, `out` is shorter than its groups, or `ty` is not
 /// affine.
-pub fn affine_groups(ty: GgmlType, block: &[u8], out: &mut [AffineGroup]) {
-    assert_eq!(block.len() as u64, ty.block_bytes, "one {} block", ty.name);
-    let mut g = AffineGroup {
-        scale: 0.0,
-        bias: 0.0,
-        codes: [0; GROUP],
-    };
-    match ty.name {
-        "Q4_0" | "Q4_1" | "Q5_0" | "Q5_1" => {
+pub fn affine_groups(ty: BlockType, block: &[u8], out: &mut [AffineGroup]) {
+    use BlockType::*;
+    assert_eq!(block.len(), ty.block_bytes(), "one {} block", ty.name());
+    let mut g = AffineGroup::EMPTY;
+    match ty {
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
             // d, [m], [32 high bits], 16 bytes of nibbles: values j and j + 16 share byte j.
-            let with_min = matches!(ty.name, "Q4_1" | "Q5_1");
-            let five = matches!(ty.name, "Q5_0" | "Q5_1");
+            let with_min = matches!(ty, Q4_1 | Q5_1);
+            let five = matches!(ty, Q5_0 | Q5_1);
             let d = half_at(block, 0);
             let mut at = if with_min { 4 } else { 2 };
             let high = if five {
@@ -97,7 +182,7 @@ pub fn affine_groups(ty: GgmlType, block: &[u8], out: &mut [AffineGroup]) {
             };
             out[0] = g;
         }
-        "Q8_0" => {
+        Q8_0 => {
             let d = half_at(block, 0);
             for (c, &q) in g.codes.iter_mut().zip(&block[2..34]) {
                 *c = (q as i8 as i16 + 128) as u8;
@@ -106,10 +191,10 @@ pub fn affine_groups(ty: GgmlType, block: &[u8], out: &mut [AffineGroup]) {
             g.bias = -128.0 * d;
             out[0] = g;
         }
-        "Q4_K" | "Q5_K" => {
+        Q4_K | Q5_K => {
             // d, dmin, 12 bytes of 6-bit scales and mins, [32 bytes of high bits], 128
             // bytes of nibbles: each 32 bytes hold two groups (low nibbles, then high).
-            let five = ty.name == "Q5_K";
+            let five = ty == Q5_K;
             let (d, dmin) = (half_at(block, 0), half_at(block, 2));
             let packed_scales = &block[4..16];
             let (qh, qs) = if five {
@@ -134,7 +219,7 @@ pub fn affine_groups(ty: GgmlType, block: &[u8], out: &mut [AffineGroup]) {
                 *group = g;
             }
         }
-        other => panic!("{other} is not an affine type"),
+        other => panic!("{} is not an affine type", other.name()),
     }
 }
 
@@ -154,11 +239,12 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 ///
 /// # Panics
 /// If `block` is not one block of `ty`, `out` is not 256 long, or `ty` is none of those.
-pub fn sixteens(ty: GgmlType, block: &[u8], out: &mut [f32]) {
-    assert_eq!(block.len() as u64, ty.block_bytes, "one {} block", ty.name);
+pub fn sixteens(ty: BlockType, block: &[u8], out: &mut [f32]) {
+    use BlockType::*;
+    assert_eq!(block.len(), ty.block_bytes(), "one {} block", ty.name());
     assert_eq!(out.len(), 256);
-    match ty.name {
-        "Q2_K" => {
+    match ty {
+        Q2_K => {
             // 16 scale bytes (low nibble scale, high nibble min), 64 bytes of 2-bit codes,
             // d, dmin. Each 32 bytes hold 128 values: four 2-bit planes of 32.
             let (scales, qs) = (&block[..16], &block[16..80]);
@@ -173,7 +259,7 @@ pub fn sixteens(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 }
             }
         }
-        "Q3_K" => {
+        Q3_K => {
             // 32 bytes of high bits (one bit plane per group of 32 bytes' planes), 64
             // bytes of 2-bit codes, 12 bytes of 6-bit scales, d.
             let (hmask, qs) = (&block[..32], &block[32..96]);
@@ -192,7 +278,7 @@ pub fn sixteens(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 }
             }
         }
-        "Q6_K" => {
+        Q6_K => {
             // 128 bytes of low nibbles, 64 bytes of 2-bit highs, 16 signed scales, d.
             let (ql, qh) = (&block[..128], &block[128..192]);
             let scales = &block[192..208];
@@ -213,7 +299,7 @@ pub fn sixteens(ty: GgmlType, block: &[u8], out: &mut [f32]) {
                 }
             }
         }
-        other => panic!("{other} does not scale groups of 16"),
+        other => panic!("{} does not scale groups of 16", other.name()),
     }
 }
 
@@ -233,40 +319,35 @@ fn q3k_scales(packed: &[u8]) -> [i8; 16] {
     out
 }
 
-/// Every element of a tensor's data as `f32`: the reference decode. `None` for a type
-/// without a [`layout`].
+/// Every element of a tensor's data as `f32`: the reference decode.
 ///
 /// # Panics
 /// If `data` is not a whole number of blocks.
-pub fn dequantize(ty: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
-    let bytes = ty.block_bytes as usize;
-    assert_eq!(data.len() % bytes, 0, "whole {} blocks", ty.name);
+pub fn dequantize(ty: BlockType, data: &[u8]) -> Vec<f32> {
+    let bytes = ty.block_bytes();
+    assert_eq!(data.len() % bytes, 0, "whole {} blocks", ty.name());
     let blocks = data.chunks_exact(bytes);
-    Some(match layout(ty)? {
-        Layout::Float => match ty.name {
-            "F32" => blocks
+    match ty.layout() {
+        Layout::Float => match ty {
+            BlockType::F32 => blocks
                 .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
                 .collect(),
-            "F16" => blocks.map(|b| half_at(b, 0)).collect(),
+            BlockType::F16 => blocks.map(|b| half_at(b, 0)).collect(),
             _ => blocks
                 .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
                 .collect(),
         },
         Layout::Affine { .. } => {
-            let per_block = ty.block_elements as usize / GROUP;
-            let mut groups = vec![
-                AffineGroup {
-                    scale: 0.0,
-                    bias: 0.0,
-                    codes: [0; GROUP],
-                };
-                per_block
-            ];
-            let mut out = Vec::with_capacity(data.len() / bytes * ty.block_elements as usize);
+            let mut groups = vec![AffineGroup::EMPTY; ty.block_elements() / GROUP];
+            let mut out = Vec::with_capacity(data.len() / bytes * ty.block_elements());
             for block in blocks {
                 affine_groups(ty, block, &mut groups);
                 for g in &groups {
-                    out.extend(g.codes.iter().map(|&c| f32::from(c) * g.scale + g.bias));
+                    out.extend(
+                        g.codes
+                            .iter()
+                            .map(|&c| reference::dequantize_code(c, g.scale, g.bias)),
+                    );
                 }
             }
             out
@@ -278,5 +359,62 @@ pub fn dequantize(ty: GgmlType, data: &[u8]) -> Option<Vec<f32>> {
             }
             out
         }
-    })
+    }
+}
+
+/// Whole blocks of a quantized type in MLX's affine layout with `bits`-bit codes: per
+/// group of [`GROUP`] values, `GROUP * bits / 32` packed words, a scale and a bias. Affine
+/// types keep their codes (5-bit codes need `bits` 8); the types with groups of 16 are
+/// re-quantized from their decoded values by the reference quantizer.
+///
+/// # Panics
+/// If `data` is not whole blocks, the outputs are not sized for its groups, `ty` is a
+/// float type, or an affine type's codes do not fit `bits`.
+pub fn to_affine(
+    ty: BlockType,
+    bits: u32,
+    data: &[u8],
+    packed: &mut [u32],
+    scales: &mut [f32],
+    biases: &mut [f32],
+) {
+    assert_eq!(
+        data.len() % ty.block_bytes(),
+        0,
+        "whole {} blocks",
+        ty.name()
+    );
+    let affine = match ty.layout() {
+        Layout::Affine { code_bits } => {
+            assert!(code_bits <= bits, "{} codes in {bits} bits", ty.name());
+            true
+        }
+        Layout::Sixteens => false,
+        Layout::Float => panic!("{} is not quantized", ty.name()),
+    };
+    let mut groups = vec![AffineGroup::EMPTY; ty.block_elements() / GROUP];
+    let mut floats = vec![0f32; ty.block_elements()];
+    let words = GROUP * bits as usize / 32;
+    let mut next = 0;
+    for block in data.chunks_exact(ty.block_bytes()) {
+        if affine {
+            affine_groups(ty, block, &mut groups);
+        } else {
+            sixteens(ty, block, &mut floats);
+            for (g, values) in groups.iter_mut().zip(floats.chunks_exact(GROUP)) {
+                (g.scale, g.bias) = reference::quantize_group(values, bits, &mut g.codes);
+            }
+        }
+        for g in &groups {
+            pack::pack_into(
+                &g.codes,
+                bits,
+                &mut packed[next * words..(next + 1) * words],
+            );
+            scales[next] = g.scale;
+            biases[next] = g.bias;
+            next += 1;
+        }
+    }
+    assert_eq!(next, scales.len(), "outputs sized for {next} groups");
 }
