@@ -11,27 +11,10 @@ mkdir -p artifacts
 
 stage() { printf '\n\033[1;35m==> %s\033[0m\n' "$*"; }
 
-# Clippy lints the workspace's crates while they are built for the tests: clippy-driver as
-# cargo's compiler for workspace members, `-D warnings`, which is what `cargo clippy` sets up
-# over a check build. The dependencies are then built once, not checked for clippy and built
-# again for the tests (a check build of all of them took 6 to 7 minutes of CI). Every cargo
-# build below sees the same setting, so none rebuilds the workspace without it. The one
-# difference from rustc's output: clippy-driver turns MIR optimizations off; LLVM still
-# optimizes at the profile's level.
-command -v clippy-driver >/dev/null || {
-  echo "test: clippy-driver not found: rustup component add clippy" >&2
-  exit 1
-}
-export RUSTC_WORKSPACE_WRAPPER
-RUSTC_WORKSPACE_WRAPPER=$(command -v clippy-driver)
-# cargo-clippy's own encoding of the arguments it passes on (one separator between them).
-export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-
 stage_setup() {
   stage "setup: a second run installs nothing"
   local log
-  # Whatever it would install is built by rustc, not linted by clippy (cargo install).
-  log=$(env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS scripts/setup.sh 2>&1) || { echo "$log"; return 1; }
+  log=$(scripts/setup.sh 2>&1) || { echo "$log"; return 1; }
   echo "$log"
   if grep -q "installing:" <<<"$log"; then
     echo "setup is not idempotent: the second run installed something (above)" >&2
@@ -45,26 +28,12 @@ stage_shell() {
 }
 
 stage_lint() {
-  stage "lint: cargo fmt, import circles, clippy (on the build of every target)"
+  stage "lint: cargo fmt, clippy, import circles"
   cargo fmt --all -- --check
   python3 scripts/import_cycles.py kernels/src engine/src cli/src src-tauri/src
   # The app embeds ui/dist at compile time.
   [ -f ui/dist/index.html ] || (cd ui && npm run build)
-  # The settings above must make a clippy warning an error: a one-line probe that clippy
-  # has to refuse, so that a change in how clippy-driver reads them cannot pass silently.
-  local probe
-  probe=$(mktemp -d)
-  printf 'fn main() {\n    let _n = vec![1].iter().count();\n}\n' >"$probe/probe.rs"
-  if "$RUSTC_WORKSPACE_WRAPPER" rustc "$probe/probe.rs" --edition 2021 --emit=metadata \
-    -o "$probe/probe.rmeta" 2>/dev/null; then
-    echo "lint: clippy-driver let a clippy warning pass (CLIPPY_ARGS not read?)" >&2
-    rm -rf "$probe"
-    return 1
-  fi
-  rm -rf "$probe"
-  # Every target clippy's `--all-targets` would check, built with clippy as the workspace's
-  # compiler (above): the rust, mac, app and package stages use these builds.
-  cargo build --workspace --all-targets
+  cargo clippy --workspace --all-targets -- -D warnings
 }
 
 stage_rust() {
@@ -101,8 +70,7 @@ stage_mac() {
 
 stage_fuzz() {
   stage "fuzz: each fuzz target for 60 s (scripts/fuzz.sh 600 runs them longer)"
-  # The fuzz crate is its own workspace, built by cargo fuzz with its own flags: rustc's.
-  env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS scripts/fuzz.sh "${KIVI_FUZZ_SECONDS:-60}"
+  scripts/fuzz.sh "${KIVI_FUZZ_SECONDS:-60}"
 }
 
 stage_ui() {
@@ -116,8 +84,7 @@ stage_app() {
   # The workspace's targets, not `-p kivi-chat`: cargo resolves dependency features for
   # the packages and targets it is asked for, and `-p kivi-chat` alone gave mlx-rs, the
   # engine and tauri other features than the rust stage's build, so all of them compiled
-  # again (3 min 17 s); after the lint stage's build this builds the app's binary alone, for
-  # the UI just built (38 s).
+  # again (3 min 17 s); after the rust stage this builds the app's binary alone (38 s).
   cargo build --workspace --all-targets
   scripts/window-test.sh
   scripts/e2e-app.sh
