@@ -360,6 +360,12 @@ fn key_scores<M: MulAdd, const BITS: u32, const PW: usize>(
 
 /// `out` (`[rep, Dv]`) += the weighted sum of the quantized values of `span`, with
 /// `weights` (`[rep, ld]`, from column 0) for its tokens.
+///
+/// One group of channels at a time: its per-token factors `w[r, n] * scale[n, group]` and
+/// its zero term `sum_n w[r, n] * zero[n, group]` are computed once, in vector loops, and
+/// the block loops then read one factor per row and token. (Computed inside the block
+/// loop, they cost more than the codes' multiply-adds: every block of a group repeated
+/// them, with strided loads of the weights, scales and zeros.)
 #[inline(always)]
 fn value_output<M: MulAdd, const BITS: u32, const PW: usize>(
     v: &QuantizedHead<'_>,
@@ -370,92 +376,86 @@ fn value_output<M: MulAdd, const BITS: u32, const PW: usize>(
     out: &mut [f32],
 ) {
     let dv = out.len() / rep;
-    let groups = dv / v.group;
+    let (g, tokens) = (v.group, span.tokens.len());
+    let groups = dv / g;
     let params = span.tokens.start * groups..span.tokens.end * groups;
     let (scales, zeros) = centred::<BITS>(
         v.scales.get(params.clone()).into_owned(),
         v.zeros.get(params).into_owned(),
     );
     let words = dv / PW;
-    let rows = ValueRows {
-        packed: &v.packed[span.tokens.start * words..span.tokens.end * words],
-        scales: &scales,
-        zeros: &zeros,
-        group: v.group,
-        weights,
-        ld,
-        tokens: span.tokens.len(),
-        dim: dv,
-    };
-    for first in (0..dv).step_by(BLOCK) {
+    let packed = &v.packed[span.tokens.start * words..span.tokens.end * words];
+    let (mut scale, mut zero) = (vec![0f32; tokens], vec![0f32; tokens]);
+    let mut factors = vec![0f32; tokens * ROWS];
+    for group in 0..groups {
+        for (n, (s, z)) in scale.iter_mut().zip(&mut zero).enumerate() {
+            (*s, *z) = (scales[n * groups + group], zeros[n * groups + group]);
+        }
+        let channels = group * g..(group + 1) * g;
         for r0 in (0..rep).step_by(ROWS) {
-            by_rows!(
-                rows.block,
-                M,
-                BITS,
-                ROWS.min(rep - r0),
-                (first, r0, &mut *out)
-            );
+            let nr = ROWS.min(rep - r0);
+            // Token-major, `nr` to a token: a token's factors for the rows are adjacent.
+            let factors = &mut factors[..tokens * nr];
+            for r in 0..nr {
+                let w = &weights[(r0 + r) * ld..][..tokens];
+                for ((f, &w), &s) in factors.chunks_exact_mut(nr).zip(w).zip(&scale) {
+                    f[r] = w * s;
+                }
+                let bias = dot::<M>(w, &zero);
+                for o in &mut out[(r0 + r) * dv..][channels.clone()] {
+                    *o += bias;
+                }
+            }
+            let rows = ValueRows {
+                packed,
+                words,
+                factors,
+            };
+            for first in channels.clone().step_by(BLOCK) {
+                let out = &mut out[r0 * dv..];
+                by_rows!(rows.block, M, BITS, nr, (first, dv, out));
+            }
         }
     }
 }
 
 /// The quantized values of one span (per token: row `n` of `packed` holds token `n`'s
-/// channels) and their weights.
+/// channels) and their factors for up to [`ROWS`] query rows.
 struct ValueRows<'a> {
     packed: &'a [u32],
-    /// `[tokens, Dv / G]`.
-    scales: &'a [f32],
-    /// `[tokens, Dv / G]`, centred ([`centred_zero`]).
-    zeros: &'a [f32],
-    group: usize,
-    /// `[rep, ld]`: column `n` weighs token `n`.
-    weights: &'a [f32],
-    ld: usize,
-    tokens: usize,
-    dim: usize,
+    /// Words per token.
+    words: usize,
+    /// `[tokens, NR]`: `w[r, n] * scale[n, group]` for the group being read.
+    factors: &'a [f32],
 }
 
 impl ValueRows<'_> {
-    /// Rows `r0 .. r0 + NR` of `out` += `sum_n (w[r, n] * scale[n, group]) * code[n, ch]`
-    /// plus `sum_n w[r, n] * zero[n, group]`, for the [`BLOCK`] channels from `first`
-    /// (inside one group: groups are 32 channels or more). A token's weights, scale and
-    /// zero are loaded once for all of the block's words.
+    /// Rows `0 .. NR` of `out` (row stride `dv`) += `sum_n factor[n, r] * code[n, ch]`
+    /// for the [`BLOCK`] channels from `first` (inside one group: groups are 32 channels
+    /// or more).
     #[inline(always)]
     fn block<M: MulAdd, const BITS: u32, const PW: usize, const NR: usize>(
         &self,
         first: usize,
-        r0: usize,
+        dv: usize,
         out: &mut [f32],
     ) {
-        let (dv, words) = (self.dim, self.dim / PW);
-        let groups = dv / self.group;
-        let group = first / self.group;
         let mut acc = [[0f32; BLOCK]; NR];
-        let mut bias = [0f32; NR];
-        for n in 0..self.tokens {
-            let codes = &self.packed[n * words + first / PW..][..BLOCK / PW];
-            let s = self.scales[n * groups + group];
-            let z = self.zeros[n * groups + group];
-            let mut a = [0f32; NR];
-            for (r, (a, b)) in a.iter_mut().zip(&mut bias).enumerate() {
-                let w = self.weights[(r0 + r) * self.ld + n];
-                *a = w * s;
-                *b = M::mul_add(w, z, *b);
-            }
+        let tokens = self.packed.chunks_exact(self.words);
+        for (words, factors) in tokens.zip(self.factors.chunks_exact(NR)) {
+            let codes = &words[first / PW..][..BLOCK / PW];
             for (i, &word) in codes.iter().enumerate() {
                 let codes = unpack::<BITS, PW>(word);
-                for (acc, &a) in acc.iter_mut().zip(&a) {
+                for (acc, &a) in acc.iter_mut().zip(factors) {
                     for (o, &code) in acc[i * PW..][..PW].iter_mut().zip(&codes) {
                         *o = M::mul_add(a, code, *o);
                     }
                 }
             }
         }
-        for (r, (acc, &b)) in acc.iter().zip(&bias).enumerate() {
-            let row = r0 + r;
-            for (o, &x) in out[row * dv + first..][..BLOCK].iter_mut().zip(acc) {
-                *o += x + b;
+        for (r, acc) in acc.iter().enumerate() {
+            for (o, &x) in out[r * dv + first..][..BLOCK].iter_mut().zip(acc) {
+                *o += x;
             }
         }
     }
