@@ -36,17 +36,26 @@ unset CARGO_TARGET_DIR
 echo "==> building the fuzz targets"
 cargo fuzz build -s none
 
-status=0
-summary=()
+# The targets run side by side: libFuzzer runs one process on one core, and a machine
+# with more than one would otherwise sit idle for all but the first target's time.
+declare -A logs pids
 for target in "${TARGETS[@]}"; do
   echo "==> fuzzing $target for ${SECONDS_PER_TARGET}s"
   mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
-  log=$(mktemp)
-  if cargo fuzz run -s none "$target" "fuzz/corpus/$target" -- \
-      -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=4096 \
-      -print_final_stats=1 2>&1 | tee "$log" | grep -E "^#[0-9]+.*(pulse|DONE)|ERROR|panicked|SUMMARY"; then
-    :
-  fi
+  logs[$target]=$(mktemp)
+  cargo fuzz run -s none "$target" "fuzz/corpus/$target" -- \
+    -max_total_time="$SECONDS_PER_TARGET" -timeout=20 -rss_limit_mb=4096 \
+    -print_final_stats=1 >"${logs[$target]}" 2>&1 &
+  pids[$target]=$!
+done
+
+status=0
+summary=()
+for target in "${TARGETS[@]}"; do
+  wait "${pids[$target]}" || true
+  log=${logs[$target]}
+  echo "==> $target"
+  grep -E "^#[0-9]+.*(pulse|DONE)|ERROR|panicked|SUMMARY" "$log" || true
   if grep -q "^Done [0-9]* runs" "$log" && ! grep -qE "^==[0-9]+== ERROR|deadly signal|panicked at" "$log"; then
     runs=$(grep -o "^Done [0-9]* runs in [0-9]* second" "$log" | tail -1)
     summary+=("$target: ok, $runs(s), corpus $(ls "fuzz/corpus/$target" | wc -l) inputs")
