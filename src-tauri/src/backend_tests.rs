@@ -1155,12 +1155,13 @@ async fn answer(
     (text, ttft, h.of_job(&started.generation_id))
 }
 
-/// A chat on a ~2k-token document with one question answered; its id.
-async fn chat_on_a_long_document(h: &Harness) -> (String, u64) {
+/// A chat on a ~1.2k-token document (several prompt chunks, far more than the window) with
+/// one question answered; its id and the document's tokens.
+async fn chat_on_a_document(h: &Harness) -> (String, u64) {
     h.ready().await;
     h.quick_settings(8).await;
     let chat = chats::create(&h.app, None, None).await.unwrap();
-    let doc = root().join(".data/texts/moby-dick/chapter_102.txt");
+    let doc = root().join(".data/texts/moby-dick/chapter_12.txt");
     let doc = documents::attach(&h.app, chat.id.clone(), doc.display().to_string())
         .await
         .unwrap();
@@ -1185,16 +1186,16 @@ async fn wait_for_disk(h: &Harness, chat_id: &str) -> crate::types::DiskCacheEve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_cache_survives_a_restart_and_a_full_disk_loses_nothing() {
     use crate::types::DiskCacheAction;
-    const FOLLOW_UP: &str = "Which whale does the chapter measure?";
+    const FOLLOW_UP: &str = "Where does Queequeg come from?";
     // Without a restart: the follow-up's answer.
     let expected = {
         let h = harness();
-        let (chat_id, _) = chat_on_a_long_document(&h).await;
+        let (chat_id, _) = chat_on_a_document(&h).await;
         answer(&h, &chat_id, FOLLOW_UP).await.0
     };
 
     let h = harness();
-    let (chat_id, doc_tokens) = chat_on_a_long_document(&h).await;
+    let (chat_id, doc_tokens) = chat_on_a_document(&h).await;
     // Idle: the cache is written.
     let saved = wait_for_disk(&h, &chat_id).await;
     assert_eq!(saved.action, DiskCacheAction::Saved);
