@@ -201,11 +201,7 @@ async fn an_answer_streams_then_ends_once_and_is_saved() {
             .count(),
         1
     );
-    let streamed: String = events
-        .iter()
-        .filter(|(n, _)| *n == names::CHAT_TOKEN)
-        .map(|(_, p)| p["delta"].as_str().unwrap().to_string())
-        .collect();
+    let streamed = streamed_text(&events);
     let message = &done["message"];
     assert_eq!(message["status"], "complete");
     assert_eq!(message["content"].as_str().unwrap(), streamed);
@@ -380,6 +376,17 @@ async fn stop_keeps_the_text_so_far_and_streaming_text_is_saved() {
     let id = started.generation_id.clone();
     h.wait_for(names::CHAT_TOKEN, |p| p["generationId"] == id.as_str())
         .await;
+    // A window that opens the chat now sees everything streamed so far, though the store
+    // has not saved any of it yet.
+    let streamed_before = streamed_text(&h.of_job(&id));
+    let opened = chats::get(&h.app, chat.id.clone()).await.unwrap();
+    let shown = &opened.messages[1];
+    assert_eq!(shown.status, MessageStatus::Streaming);
+    assert!(
+        !streamed_before.is_empty() && shown.content.starts_with(&streamed_before),
+        "opened mid-answer: {:?}, streamed before: {streamed_before:?}",
+        shown.content
+    );
     // The answer so far is saved about once a second while it streams.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -402,17 +409,25 @@ async fn stop_keeps_the_text_so_far_and_streaming_text_is_saved() {
     let done = h.done(&id).await;
     let message = &done["message"];
     assert_eq!(message["status"], "stopped");
-    let streamed: String = h
-        .of_job(&id)
-        .iter()
-        .filter(|(n, _)| *n == names::CHAT_TOKEN)
-        .map(|(_, p)| p["delta"].as_str().unwrap().to_string())
-        .collect();
+    let streamed = streamed_text(&h.of_job(&id));
     assert_eq!(message["content"].as_str().unwrap(), streamed);
+    assert!(streamed.starts_with(&shown.content));
     assert!(message["stats"]["generatedTokens"].as_u64().unwrap() >= 1);
     // No more tokens after chat-done.
     let events = h.of_job(&id);
     assert_eq!(events.last().unwrap().0, names::CHAT_DONE);
+}
+
+/// The text of a generation's `chat-token` events, checking that each event's `offset` is
+/// the UTF-16 length of the text before it.
+fn streamed_text(events: &[(&'static str, Value)]) -> String {
+    let mut text = String::new();
+    for (_, p) in events.iter().filter(|(n, _)| *n == names::CHAT_TOKEN) {
+        let offset = text.encode_utf16().count() as u64;
+        assert_eq!(p["offset"].as_u64(), Some(offset), "{p}");
+        text.push_str(p["delta"].as_str().unwrap());
+    }
+    text
 }
 
 /// Sends `question` and returns (time to first token in ms, the generation's events).

@@ -417,11 +417,18 @@ async fn pump_generation(
     let mut last_save = Instant::now();
     let mut first_token = true;
     let mut last_stats: Option<Box<Stats>> = None;
-    let token = |delta: String| TokenEvent {
-        chat_id: chat_id.to_string(),
-        generation_id: generation_id.clone(),
-        message_id: job.message_id.clone(),
-        delta,
+    // The answer's length in UTF-16 code units before the next event's delta.
+    let mut sent = 0u64;
+    let mut token = |delta: String| {
+        let offset = sent;
+        sent += delta.encode_utf16().count() as u64;
+        TokenEvent {
+            chat_id: chat_id.to_string(),
+            generation_id: generation_id.clone(),
+            message_id: job.message_id.clone(),
+            delta,
+            offset,
+        }
     };
     let outcome = loop {
         let deadline = batcher.deadline();
@@ -470,6 +477,7 @@ async fn pump_generation(
                     app.live.set_phase(Phase::Decode);
                 }
                 content.push_str(&text);
+                job.job.stream(&job.message_id, &text);
                 if let Some(delta) = batcher.push(&text, Instant::now()) {
                     app.events.token(&token(delta));
                 }

@@ -29,6 +29,9 @@ pub struct Job {
     stop: Arc<AtomicBool>,
     /// The engine's switch, once the request was queued.
     cancel: Arc<Mutex<Option<CancelHandle>>>,
+    /// A generation's answer so far (message id, text): the store saves it only once a
+    /// second, and `get_chat` must show a chat opened mid-answer as the stream has it.
+    answer: Arc<Mutex<Option<(String, String)>>>,
 }
 
 impl Job {
@@ -57,6 +60,23 @@ impl Job {
         }
         *self.cancel.lock().unwrap_or_else(|p| p.into_inner()) = Some(cancel);
     }
+
+    /// Appends streamed text to the answer `message_id` is writing.
+    pub fn stream(&self, message_id: &str, text: &str) {
+        let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        match answer.as_mut() {
+            Some((id, so_far)) if id == message_id => so_far.push_str(text),
+            _ => *answer = Some((message_id.to_string(), text.to_string())),
+        }
+    }
+
+    /// The answer so far (message id, text), once a token was streamed.
+    pub fn answer(&self) -> Option<(String, String)> {
+        self.answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// Every chat's running job.
@@ -81,6 +101,7 @@ impl Jobs {
             kind,
             stop: Arc::new(AtomicBool::new(false)),
             cancel: Arc::new(Mutex::new(None)),
+            answer: Arc::new(Mutex::new(None)),
         };
         map.insert(chat_id.to_string(), job.clone());
         Ok(job)

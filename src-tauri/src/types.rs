@@ -18,6 +18,9 @@ pub struct TokenEvent {
     pub message_id: Id,
     /// Text to append.
     pub delta: String,
+    /// The answer's length before `delta`, in UTF-16 code units (a JavaScript string's
+    /// length): a window that opened the chat mid-answer skips what it already shows.
+    pub offset: u64,
 }
 
 /// `chat-done`: the final stored message of a generation.

@@ -36,10 +36,22 @@ pub async fn create(
     Ok(app.chat_out(chat).await)
 }
 
-/// `get_chat`: the chat; a cache of it saved before a restart starts loading back in the
-/// background, so that its next question starts at once.
+/// `get_chat`: the chat, with an answer being written as far as it has streamed; a cache
+/// of it saved before a restart starts loading back in the background, so that its next
+/// question starts at once.
 pub async fn get(app: &App, chat_id: String) -> CommandResult<Chat> {
-    let chat = app.store.get_chat(&chat_id)?;
+    let mut chat = app.store.get_chat(&chat_id)?;
+    // The store saves a streaming answer once a second; the running job has all of it. Read
+    // after the store, the job's text is never behind the saved one.
+    if let Some((message_id, text)) = app.jobs.get(&chat_id).and_then(|job| job.answer()) {
+        if let Some(message) = chat
+            .messages
+            .iter_mut()
+            .find(|m| m.id == message_id && m.status == MessageStatus::Streaming)
+        {
+            message.content = text;
+        }
+    }
     if app.caches.get(&chat_id).is_none() {
         let app = app.clone();
         let id = chat_id.clone();

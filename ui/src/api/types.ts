@@ -211,6 +211,8 @@ export interface TokenEvent {
   messageId: Id;
   /** Text to append (one or more tokens, already detokenized; may be ""). */
   delta: string;
+  /** The answer's length before `delta`, in UTF-16 code units (JavaScript string length). */
+  offset: number;
 }
 
 /** `chat-done`: a generation ended (complete, stopped or failed). Always sent, exactly once. */

@@ -185,8 +185,10 @@ function summary(c: Chat): ChatSummary {
 
 function chatOut(rec: ChatRecord): Chat {
   const c = rec.chat;
+  const messages = c.messages.map((m) => (m.status === "streaming" && streamed.has(m.id) ? { ...m, content: streamed.get(m.id)! } : m));
   return structuredClone({
     ...c,
+    messages,
     ...summary(c),
     documents: withFit(c),
     cache: { config: rec.cacheConfig, tokens: rec.cacheTokens },
@@ -504,8 +506,12 @@ function ensureCache(rec: ChatRecord): void {
 }
 
 /** How often the back end saves a streaming answer's text (its SAVE_INTERVAL): until then
- * `get_chat` and `list_chats` see the text of the last save ("" before the first one). */
+ * `list_chats` sees the text of the last save ("" before the first one). */
 const SAVE_INTERVAL_MS = 1000;
+
+/** Streaming answers' text so far, by message id: `get_chat` shows it, as the app's running
+ * job does. */
+const streamed = new Map<string, string>();
 
 async function runGeneration(job: Job, answer: Message, prompt: number): Promise<void> {
   const rec = chats.get(job.chatId)!;
@@ -527,7 +533,9 @@ async function runGeneration(job: Job, answer: Message, prompt: number): Promise
   for (const p of parts) {
     if (job.cancelled) return finish(job, answer, "stopped", n, prompt, content);
     if (!chats.has(job.chatId)) return;
+    const offset = content.length;
     content += p;
+    streamed.set(answer.id, content);
     if (now() - lastSave >= SAVE_INTERVAL_MS) {
       lastSave = now();
       answer.content = content;
@@ -535,7 +543,7 @@ async function runGeneration(job: Job, answer: Message, prompt: number): Promise
     n++;
     rec.cacheTokens++;
     decodeRate = 21 + Math.sin(n / 7) * 3;
-    await emit("chat-token", { chatId: job.chatId, generationId: job.id, messageId: answer.id, delta: p });
+    await emit("chat-token", { chatId: job.chatId, generationId: job.id, messageId: answer.id, delta: p, offset });
     await sleep(control.tokenDelayMs);
   }
   return finish(job, answer, "complete", n, prompt, content);
@@ -543,6 +551,7 @@ async function runGeneration(job: Job, answer: Message, prompt: number): Promise
 
 async function finish(job: Job, answer: Message, status: Message["status"], generated: number, prompt: number, content = answer.content): Promise<void> {
   jobs.delete(job.id);
+  streamed.delete(answer.id);
   phase = "idle";
   answer.content = content;
   answer.status = status;

@@ -123,14 +123,17 @@ export function applyToken(view: ChatView, ev: TokenEvent): ChatView {
     const prev = view.early[ev.generationId] ?? { text: "", done: null };
     return { ...view, early: { ...view.early, [ev.generationId]: { ...prev, text: prev.text + ev.delta } } };
   }
-  if (!ev.delta) return view;
   const msg = view.chat.messages[idx]!;
   if (msg.status !== "streaming") return view;
+  // A chat opened mid-answer names its generation from the first event that reaches it.
+  const generation = view.generation;
+  if (generation && generation.messageId === ev.messageId && !generation.id) view = { ...view, generation: { ...generation, id: ev.generationId } };
+  // ...and already shows the text up to some point: skip what it has.
+  const delta = ev.delta.slice(Math.max(0, msg.content.length - ev.offset));
+  if (!delta) return view;
   const messages = view.chat.messages.slice();
-  messages[idx] = { ...msg, content: msg.content + ev.delta };
-  let generation = view.generation;
-  if (generation && generation.messageId === ev.messageId && !generation.id) generation = { ...generation, id: ev.generationId };
-  return { ...withMessages(view, messages), generation };
+  messages[idx] = { ...msg, content: msg.content + delta };
+  return withMessages(view, messages);
 }
 
 /** The generation ended: the stored message replaces the streamed one. */

@@ -138,6 +138,19 @@ function updateView(chatId: Id, fn: (v: ChatView) => ChatView): void {
   });
 }
 
+/**
+ * The chat being opened and its events since `get_chat` was called: they may be newer than
+ * the copy it returns, so they are applied to that copy (tokens carry their offset, so text
+ * the copy already has is skipped).
+ */
+let opening: { chatId: Id; seq: number; updates: Array<(v: ChatView) => ChatView> } | null = null;
+
+/** Applies a back-end event to the open chat, and keeps it for the chat being opened. */
+function applyEvent(chatId: Id, fn: (v: ChatView) => ChatView): void {
+  if (opening?.chatId === chatId) opening.updates.push(fn);
+  updateView(chatId, fn);
+}
+
 function activeView(): ChatView | null {
   return store.get().chatView;
 }
@@ -187,16 +200,16 @@ async function subscribeEvents(): Promise<void> {
   if (subscribed) return;
   subscribed = true;
   await Promise.all([
-    on("chat-token", (ev) => updateView(ev.chatId, (v) => logic.applyToken(v, ev))),
+    on("chat-token", (ev) => applyEvent(ev.chatId, (v) => logic.applyToken(v, ev))),
     on("chat-done", (ev) => {
-      updateView(ev.chatId, (v) => logic.applyDone(v, ev));
+      applyEvent(ev.chatId, (v) => logic.applyDone(v, ev));
       if (ev.message.status === "error" && ev.chatId === store.get().activeChatId) {
         toast("error", "The answer failed", ev.message.error ?? undefined);
       }
       void refreshChats();
     }),
     on("prefill-progress", (ev) => {
-      updateView(ev.chatId, (v) => logic.applyPrefill(v, ev));
+      applyEvent(ev.chatId, (v) => logic.applyPrefill(v, ev));
       if (ev.state === "error" && ev.chatId === store.get().activeChatId) toast("error", "Reading the document failed", ev.error ?? undefined);
     }),
     on("stats", (snap) => {
@@ -284,16 +297,20 @@ let selectSeq = 0;
 
 export async function selectChat(chatId: Id): Promise<void> {
   const seq = ++selectSeq;
+  opening = { chatId, seq, updates: [] };
   store.set({ activeChatId: chatId, chatLoading: true, view: "chat" });
   try {
     const chat = await chats.getChat(chatId);
     if (seq !== selectSeq) return;
-    const chatView = logic.openChat(chat);
+    const updates = opening?.seq === seq ? opening.updates : [];
+    const chatView = updates.reduce((v, fn) => fn(v), logic.openChat(chat));
     store.set((s) => ({ chatView, chats: logic.syncChatList(s.chats, chatView), chatLoading: false }));
   } catch (e) {
     if (seq !== selectSeq) return;
     store.set({ chatLoading: false });
     reportError("Could not open the chat", e);
+  } finally {
+    if (opening?.seq === seq) opening = null;
   }
 }
 

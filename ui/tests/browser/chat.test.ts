@@ -12,6 +12,13 @@ afterEach(async () => {
   app = null;
 });
 
+declare global {
+  interface Window {
+    /** Every text the streaming answer showed, in order. */
+    __shown?: string[];
+  }
+}
+
 describe("chat", () => {
   it("sends with Enter, streams the answer as Markdown, and Esc stops it", async () => {
     app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
@@ -49,6 +56,46 @@ describe("chat", () => {
     await expect(page.locator(tid("send-button")).isVisible()).resolves.toBe(true);
     // The chat got its title from the first message.
     expect(await page.locator(tid("chat-heading")).textContent()).toBe("Why does Ishmael go to sea?");
+  });
+
+  it("shows a chat opened again mid-answer as far as it has streamed, and goes on without a gap", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    const reply = Array.from({ length: 150 }, (_, i) => `word${i}`).join(" ");
+    await page.evaluate((text) => {
+      window.__kiviMock.tokenDelayMs = 25;
+      window.__kiviMock.replies = [text];
+    }, reply);
+    const open = async (id: string, heading: string) => {
+      await page.locator(`${tid("chat-item")}[data-chat-id="${id}"] .chat-open`).click();
+      await page.waitForFunction((h) => document.querySelector('[data-testid="chat-heading"]')?.textContent === h, heading);
+    };
+    await open("chat-rust", "Borrow checker question");
+    await page.fill(tid("composer-input"), "Say many words");
+    await page.click(tid("send-button"));
+    await page.waitForFunction(() => (document.querySelector('[data-testid="message-assistant"][data-status="streaming"]')?.textContent ?? "").includes("word5"));
+
+    // Away while the answer goes on (the back end saves it about once a second), then back.
+    await open("chat-moby", "Moby-Dick, chapter 1");
+    await page.waitForTimeout(700);
+    await page.evaluate(() => {
+      const shown: string[] = [];
+      window.__shown = shown;
+      new MutationObserver(() => {
+        const text = document.querySelector('[data-testid="message-assistant"][data-status="streaming"] [data-testid="message-content"]')?.textContent?.trim();
+        if (text && text !== shown[shown.length - 1]) shown.push(text);
+      }).observe(document.body, { subtree: true, childList: true, characterData: true });
+    });
+    await open("chat-rust", "Borrow checker question");
+    await page.waitForFunction(() => document.querySelector('[data-testid="message-assistant"]:last-of-type')?.getAttribute("data-status") === "complete" && !document.querySelector('[data-status="streaming"]'));
+
+    const shown = await page.evaluate(() => window.__shown ?? []);
+    expect(shown.length).toBeGreaterThan(3);
+    // Every text shown is the start of the answer: nothing streamed while away is missing.
+    for (const text of shown) expect(reply.startsWith(text), text).toBe(true);
+    expect(shown[0]).toContain("word25");
+    const final = await page.locator(`${tid("message-assistant")} ${tid("message-content")}`).last().textContent();
+    expect(final?.trim()).toBe(reply);
   });
 
   it("renders a complete answer with highlighted code, stats and actions", async () => {

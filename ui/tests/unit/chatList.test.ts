@@ -95,9 +95,9 @@ describe("the chat list while an answer streams into a restored chat", () => {
     expect(entry()).toMatchObject({ preview: "And shared borrows?", messageCount: 4 });
     expect(chatSubtitle(entry())).not.toBe("No messages yet");
 
-    await emit("chat-token", { chatId: "c-rust", generationId: "g1", messageId: "m6", delta: "Yes, many " });
+    await emit("chat-token", { chatId: "c-rust", generationId: "g1", messageId: "m6", delta: "Yes, many ", offset: 0 });
     expect(entry()).toMatchObject({ preview: "Yes, many", messageCount: 4 });
-    await emit("chat-token", { chatId: "c-rust", generationId: "g1", messageId: "m6", delta: "at once." });
+    await emit("chat-token", { chatId: "c-rust", generationId: "g1", messageId: "m6", delta: "at once.", offset: 10 });
     expect(entry().preview).toBe("Yes, many at once.");
 
     // The back end stores the answer, says it is done, and the list is read again.

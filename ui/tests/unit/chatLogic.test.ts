@@ -90,21 +90,44 @@ describe("send and stream", () => {
 
   it("appends streamed tokens in order", () => {
     let v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
-    for (const delta of ["The ", "whale ", "is ", "white."]) v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta });
+    let offset = 0;
+    for (const delta of ["The ", "whale ", "is ", "white."]) {
+      v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta, offset });
+      offset += delta.length;
+    }
     expect(v.chat.messages[1]!.content).toBe("The whale is white.");
     expect(v.chat.messages[1]!.status).toBe("streaming");
   });
 
+  it("continues a chat opened mid-answer from where its copy ends, skipping what it has", () => {
+    // get_chat returned the answer as far as "The whale"; events from before and after that
+    // point arrive afterwards (they were held while the chat was being opened).
+    let v = openChat(chat([msg("user", "Hi", "complete", "u1"), msg("assistant", "The whale", "streaming", "a1")]));
+    expect(v.generation?.messageId).toBe("a1");
+    const token = (delta: string, offset: number) => ({ chatId: "c1", generationId: "g1", messageId: "a1", delta, offset });
+    v = applyToken(v, token("The ", 0));
+    expect(v.chat.messages[1]!.content).toBe("The whale");
+    v = applyToken(v, token("whale is", 4));
+    expect(v.chat.messages[1]!.content).toBe("The whale is");
+    v = applyToken(v, token(" white 🐋.", 12));
+    expect(v.chat.messages[1]!.content).toBe("The whale is white 🐋.");
+    // Offsets count UTF-16 code units, as JavaScript strings do.
+    v = applyToken(v, token("🐋.", 19));
+    v = applyToken(v, token(" Ahab", 22));
+    expect(v.chat.messages[1]!.content).toBe("The whale is white 🐋. Ahab");
+    expect(v.generation?.id).toBe("g1");
+  });
+
   it("ignores tokens of other chats and keeps the same state object for empty deltas", () => {
     const v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
-    expect(applyToken(v, { chatId: "other", generationId: "g1", messageId: "a1", delta: "x" })).toBe(v);
-    expect(applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "" })).toBe(v);
+    expect(applyToken(v, { chatId: "other", generationId: "g1", messageId: "a1", delta: "x", offset: 0 })).toBe(v);
+    expect(applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "", offset: 0 })).toBe(v);
   });
 
   it("buffers tokens and the end that arrive before send_message returns", () => {
     let v = applyOptimisticSend(openChat(chat()), "Hi", "t1");
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Early " });
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "bird" });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Early ", offset: 0 });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "bird", offset: 6 });
     v = applyGenerationStarted(v, started(msg("user", "Hi", "complete", "u1")), "t1");
     expect(v.chat.messages[1]!.content).toBe("Early bird");
     expect(v.generation?.messageId).toBe("a1");
@@ -120,7 +143,7 @@ describe("send and stream", () => {
 
   it("replaces the streamed message with the stored one when done", () => {
     let v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Partial" });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Partial", offset: 0 });
     const final: Message = { ...v.chat.messages[1]!, content: "Partial answer", status: "complete" };
     v = applyDone(v, { chatId: "c1", generationId: "g1", message: final });
     expect(v.generation).toBeNull();
@@ -139,11 +162,11 @@ describe("send and stream", () => {
 describe("stop", () => {
   it("marks the generation as stopping, then ends it with the stopped message", () => {
     let v = applyGenerationStarted(openChat(chat()), started(msg("user", "Hi", "complete", "u1")));
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Half an" });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Half an", offset: 0 });
     v = applyStopRequested(v);
     expect(v.generation?.stopping).toBe(true);
     // Tokens already in flight still append until chat-done.
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "swer" });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "swer", offset: 7 });
     v = applyDone(v, { chatId: "c1", generationId: "g1", message: { ...v.chat.messages[1]!, status: "stopped" } });
     expect(v.generation).toBeNull();
     expect(contents(v)).toEqual(["user:Hi:complete", "assistant:Half answer:stopped"]);
@@ -157,7 +180,7 @@ describe("stop", () => {
 
   it("ignores tokens for a message that already ended", () => {
     let v = openChat(chat([msg("user", "Hi", "complete", "u1"), msg("assistant", "Done", "stopped", "a1")]));
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: " more" });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: " more", offset: 4 });
     expect(v.chat.messages[1]!.content).toBe("Done");
   });
 });
@@ -282,10 +305,10 @@ describe("the open chat's entry in the chat list", () => {
     expect(list[0]).toMatchObject({ preview: "And shared ones?", messageCount: 4 });
     expect(chatSubtitle(list[0]!)).not.toBe("No messages yet");
 
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Shared borrows " });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "Shared borrows ", offset: 0 });
     list = syncChatList(list, v);
     expect(list[0]).toMatchObject({ preview: "Shared borrows", messageCount: 4 });
-    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "can coexist." });
+    v = applyToken(v, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "can coexist.", offset: 15 });
     list = syncChatList(list, v);
     expect(list[0]!.preview).toBe("Shared borrows can coexist.");
 
@@ -304,9 +327,9 @@ describe("the open chat's entry in the chat list", () => {
     expect(syncChatList([other], v)).toEqual([other]);
     // Long answers: the preview stops changing after 120 characters, so does the list.
     let w = applyGenerationStarted(v, started(msg("user", "Q", "complete", "u1")));
-    w = applyToken(w, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "x".repeat(200) });
+    w = applyToken(w, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "x".repeat(200), offset: 0 });
     const l1 = syncChatList(list, w);
-    w = applyToken(w, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "more" });
+    w = applyToken(w, { chatId: "c1", generationId: "g1", messageId: "a1", delta: "more", offset: 200 });
     expect(syncChatList(l1, w)).toBe(l1);
   });
 
