@@ -413,7 +413,8 @@ async fn pump_generation(
     let generation_id = job.job.id.clone();
     let mut prefill = PrefillReport::new(chat_id, &generation_id, new_documents.clone(), false);
     let mut batcher = TokenBatcher::new();
-    let mut content = String::new();
+    // The answer so far lives in the job, where `get_chat` reads it too.
+    let answer = || job.job.answer().map(|(_, text)| text).unwrap_or_default();
     let mut last_save = Instant::now();
     let mut first_token = true;
     let mut last_stats: Option<Box<Stats>> = None;
@@ -476,7 +477,6 @@ async fn pump_generation(
                     mark_prefilled(app, chat_id, &new_documents);
                     app.live.set_phase(Phase::Decode);
                 }
-                content.push_str(&text);
                 job.job.stream(&job.message_id, &text);
                 if let Some(delta) = batcher.push(&text, Instant::now()) {
                     app.events.token(&token(delta));
@@ -485,7 +485,7 @@ async fn pump_generation(
                     last_save = Instant::now();
                     if let Err(e) = app
                         .store
-                        .update_streaming_content(&job.message_id, &content)
+                        .update_streaming_content(&job.message_id, &answer())
                     {
                         eprintln!("kivi-chat: cannot save the answer so far: {e}");
                     }
@@ -532,7 +532,7 @@ async fn pump_generation(
     match app.store.finish_message(
         &job.message_id,
         status,
-        &content,
+        &answer(),
         error.as_deref(),
         Some(&stats),
     ) {

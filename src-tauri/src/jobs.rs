@@ -29,8 +29,9 @@ pub struct Job {
     stop: Arc<AtomicBool>,
     /// The engine's switch, once the request was queued.
     cancel: Arc<Mutex<Option<CancelHandle>>>,
-    /// A generation's answer so far (message id, text): the store saves it only once a
-    /// second, and `get_chat` must show a chat opened mid-answer as the stream has it.
+    /// A generation's answer so far (message id, text), its one copy while it streams: the
+    /// event pump writes it and saves it to the store once a second, and `get_chat` reads
+    /// it, so that a chat opened mid-answer shows all of it.
     answer: Arc<Mutex<Option<(String, String)>>>,
 }
 
