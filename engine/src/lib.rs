@@ -9,10 +9,12 @@ pub mod error;
 pub mod eval;
 pub mod gguf;
 pub mod gpu_rules;
+#[cfg(feature = "hub")]
 pub mod hub;
 pub mod loader;
 pub mod model;
 pub mod sampling;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod session;
 pub mod stats;

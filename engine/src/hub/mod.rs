@@ -42,7 +42,6 @@ mod download;
 mod error;
 mod listing;
 mod lock;
-mod memory;
 mod metadata;
 mod options;
 mod progress;
@@ -58,7 +57,9 @@ pub use config::{HubConfig, DEFAULT_ENDPOINT};
 pub use disk::{disk_space, ensure_free_space, DiskSpace, DISK_RESERVE_BYTES};
 pub use error::{HubError, HubResult};
 pub use listing::{RepoFile, RepoListing};
-pub use memory::{MemoryCheck, MemoryEstimate, MemoryFit};
+// The estimate belongs to the memory budget, which builds without the hub; the download
+// plan shows it, so it is named here too.
+pub use crate::budget::{MemoryCheck, MemoryEstimate, MemoryFit};
 pub use options::DownloadOptions;
 pub use progress::{format_bytes, ByteProgress, DownloadEvent, PlannedFile, ProgressSink};
 pub use repo_id::{CommitHash, RepoId, Revision};

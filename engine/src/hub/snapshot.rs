@@ -16,13 +16,13 @@ use super::download::{is_complete, BlobJob, Fetched};
 use super::error::{HubError, HubResult};
 use super::listing::RepoListing;
 use super::lock::try_lock_blob;
-use super::memory::MemoryEstimate;
 use super::metadata::expectations;
 use super::options::DownloadOptions;
 use super::progress::{DownloadEvent, PlannedFile, ProgressSink, Tracker};
 use super::repo_id::{CommitHash, RepoId, Revision};
 use super::repo_path::{BlobEtag, RepoFilePath};
 use super::selection::{select, shards_from_index, FileSelection, Selected};
+use crate::budget::MemoryEstimate;
 
 /// Metadata requests in flight at once while planning.
 const PLAN_CONCURRENCY: usize = 4;

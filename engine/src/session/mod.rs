@@ -50,7 +50,6 @@ pub use saved::SavedConversation;
 
 use crate::backend::Backend;
 use crate::error::LoadError;
-use crate::hub::{DownloadOptions, FileSelection, HubClient, Revision, SnapshotRequest};
 use crate::loader::{load_local, ModelInfo};
 use worker::{Command, Worker};
 
@@ -322,12 +321,14 @@ impl Generation {
 
 /// Downloads a hub repository (the files a safetensors checkpoint needs, or one GGUF
 /// file) into the Hugging Face cache and returns the local path to load.
+#[cfg(feature = "hub")]
 async fn resolve_hub(
     repo_id: &str,
     revision: Option<&str>,
     file: Option<&str>,
     options: &EngineOptions,
 ) -> Result<std::path::PathBuf, EngineError> {
+    use crate::hub::{DownloadOptions, FileSelection, HubClient, Revision, SnapshotRequest};
     let hub = |e: crate::hub::HubError| EngineError::Hub(e.to_string());
     let client = HubClient::from_env(options.hub_token.clone()).map_err(hub)?;
     let selection = match file {
@@ -347,4 +348,17 @@ async fn resolve_hub(
         Some(f) => snapshot.dir.join(f),
         None => snapshot.dir,
     })
+}
+
+/// A build without the `hub` feature (the fuzz targets) loads local files only.
+#[cfg(not(feature = "hub"))]
+async fn resolve_hub(
+    repo_id: &str,
+    _revision: Option<&str>,
+    _file: Option<&str>,
+    _options: &EngineOptions,
+) -> Result<std::path::PathBuf, EngineError> {
+    Err(EngineError::Hub(format!(
+        "{repo_id}: this build of the engine cannot download (built without its `hub` feature)"
+    )))
 }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::request::ModelSource;
 use crate::backend::Backend;
 use crate::cache::CacheConfig;
+#[cfg(feature = "hub")]
 use crate::hub::ProgressSink;
 
 /// How to load and run a model.
@@ -23,8 +24,10 @@ pub struct EngineOptions {
     /// Rate of statistics events while the prompt runs.
     pub stats_interval: Duration,
     /// Receives download progress when the source is a hub repository.
+    #[cfg(feature = "hub")]
     pub download_progress: ProgressSink,
     /// Hugging Face token for gated or private hub repositories (default: `HF_TOKEN`).
+    #[cfg(feature = "hub")]
     pub hub_token: Option<String>,
     /// Where and how the model runs; `None` takes [`Backend::chosen`] (`KIVI_BACKEND`, or
     /// the platform's default).
@@ -46,7 +49,9 @@ impl EngineOptions {
             prefill_chunk: 256,
             max_cached_conversations: 2,
             stats_interval: DEFAULT_STATS_INTERVAL,
+            #[cfg(feature = "hub")]
             download_progress: ProgressSink::default(),
+            #[cfg(feature = "hub")]
             hub_token: std::env::var("HF_TOKEN").ok().filter(|t| !t.is_empty()),
             backend: None,
             available_memory: None,

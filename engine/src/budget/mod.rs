@@ -13,10 +13,14 @@
 //! - a KV cache holding the whole context in the chosen cache settings ([`kv_cache_bytes`],
 //!   KIVI's packed data, scales, zeros and residual window included);
 //! - the runtime and activations, as the download warning counts them
-//!   ([`crate::hub::MemoryEstimate`]).
+//!   ([`MemoryEstimate`], in `estimate.rs`).
 //!
 //! The available memory is the system's (`sysinfo`), or a figure the caller injects
 //! ([`crate::session::EngineOptions::available_memory`]), which is how the tests drive it.
+
+mod estimate;
+
+pub use estimate::{MemoryCheck, MemoryEstimate, MemoryFit};
 
 use std::path::Path;
 
@@ -24,7 +28,6 @@ use crate::backend::Backend;
 use crate::cache::CacheConfig;
 use crate::error::LoadError;
 use crate::gguf::{GgufHeader, Metadata};
-use crate::hub::MemoryEstimate;
 use crate::model::ModelConfig;
 use crate::weights::safetensors::read_json;
 
