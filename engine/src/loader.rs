@@ -9,7 +9,7 @@ use crate::backend::Backend;
 use crate::error::LoadError;
 use crate::model::{Llama, ModelConfig};
 use crate::tokenizer::Tokenizer;
-use crate::weights::{gguf::Gguf, safetensors};
+use crate::weights::{files_with_extension, gguf::Gguf, safetensors};
 
 /// The file format a model was read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,8 +52,25 @@ pub struct LoadedModel {
 /// exactly one `.gguf` file, to run on `backend` (which becomes MLX's default device).
 pub fn load_local(path: &Path, backend: Backend) -> Result<LoadedModel, LoadError> {
     backend.activate()?;
+    match model_files(path)? {
+        ModelFiles::Gguf(file) => load_gguf(&file, backend),
+        ModelFiles::Folder(dir) => load_folder(&dir, backend),
+    }
+}
+
+/// Where a model's files are: what [`load_local`] loads, and what the memory check before
+/// it reads (`crate::budget`).
+pub(crate) enum ModelFiles {
+    /// One `.gguf` file.
+    Gguf(PathBuf),
+    /// A Hugging Face model folder (`config.json` and safetensors).
+    Folder(PathBuf),
+}
+
+/// A `.gguf` file, a folder with `config.json`, or a folder holding exactly one `.gguf`.
+pub(crate) fn model_files(path: &Path) -> Result<ModelFiles, LoadError> {
     if path.is_file() {
-        return load_gguf(path, backend);
+        return Ok(ModelFiles::Gguf(path.to_path_buf()));
     }
     if !path.is_dir() {
         return Err(LoadError::Missing {
@@ -63,19 +80,12 @@ pub fn load_local(path: &Path, backend: Backend) -> Result<LoadedModel, LoadErro
         });
     }
     if path.join("config.json").is_file() {
-        return load_folder(path, backend);
+        return Ok(ModelFiles::Folder(path.to_path_buf()));
     }
-    let ggufs: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-        .collect();
-    match ggufs.as_slice() {
-        [one] => load_gguf(one, backend),
-        [] => Err(LoadError::Missing {
+    let mut ggufs = files_with_extension(path, "gguf")?;
+    match ggufs.len() {
+        1 => Ok(ModelFiles::Gguf(ggufs.remove(0))),
+        0 => Err(LoadError::Missing {
             what: "config.json or a .gguf file".into(),
             path: path.to_path_buf(),
             hint: "the folder holds no model".into(),

@@ -28,8 +28,9 @@ use crate::backend::Backend;
 use crate::cache::CacheConfig;
 use crate::error::LoadError;
 use crate::gguf::{GgufHeader, Metadata};
+use crate::loader::{model_files, ModelFiles};
 use crate::model::ModelConfig;
-use crate::weights::safetensors::read_json;
+use crate::weights::safetensors::{read_json, shard_paths};
 
 /// What a model needs in memory, in bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -132,15 +133,15 @@ pub fn estimate(
 ) -> Result<MemoryNeed, LoadError> {
     let dtype = backend.precision().bytes();
     let (weights, shape, max_context) = match model_files(path)? {
-        Files::Gguf(file) => {
+        ModelFiles::Gguf(file) => {
             let header = crate::gguf::validate_file(&file)?;
             let (shape, max_context) = gguf_shape(&header.metadata);
             (gguf_weight_bytes(&header, dtype), shape, max_context)
         }
-        Files::Folder(dir) => {
+        ModelFiles::Folder(dir) => {
             let json = read_json(&dir.join("config.json"))?;
             let config = ModelConfig::from_hf_json(&json)?;
-            let stored: u64 = safetensors_files(&dir)?
+            let stored: u64 = shard_paths(&dir)?
                 .iter()
                 .filter_map(|p| std::fs::metadata(p).ok())
                 .map(|m| m.len())
@@ -204,45 +205,6 @@ fn kv_shape(c: &ModelConfig) -> KvShape {
         kv_heads: c.num_kv_heads,
         head_dim: c.head_dim,
     }
-}
-
-/// Where a model's files are, as the loader looks for them.
-enum Files {
-    Gguf(std::path::PathBuf),
-    Folder(std::path::PathBuf),
-}
-
-fn model_files(path: &Path) -> Result<Files, LoadError> {
-    if path.is_file() {
-        return Ok(Files::Gguf(path.to_path_buf()));
-    }
-    if path.join("config.json").is_file() {
-        return Ok(Files::Folder(path.to_path_buf()));
-    }
-    let ggufs: Vec<_> = std::fs::read_dir(path)
-        .map_err(|source| LoadError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "gguf"))
-        .collect();
-    match ggufs.as_slice() {
-        [one] => Ok(Files::Gguf(one.clone())),
-        // No model, or several: the loader says which.
-        _ => Ok(Files::Folder(path.to_path_buf())),
-    }
-}
-
-fn safetensors_files(dir: &Path) -> Result<Vec<std::path::PathBuf>, LoadError> {
-    Ok(std::fs::read_dir(dir)
-        .map_err(|source| LoadError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-        .collect())
 }
 
 /// The KV shape and context from GGUF metadata (`None` when keys are missing: the loader

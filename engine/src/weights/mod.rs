@@ -215,3 +215,20 @@ fn to_compute(array: Array, compute: Dtype) -> Result<Array, LoadError> {
         _ => array,
     })
 }
+
+/// The files of `dir` whose extension is `extension`, sorted.
+pub(crate) fn files_with_extension(
+    dir: &std::path::Path,
+    extension: &str,
+) -> Result<Vec<std::path::PathBuf>, LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let mut files: Vec<_> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == extension))
+        .collect();
+    files.sort();
+    Ok(files)
+}

@@ -69,7 +69,7 @@ pub fn quant_scheme(config: &Value) -> Result<QuantScheme, LoadError> {
 }
 
 /// The safetensors files of a folder: those the index names, or all of them.
-fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
+pub(crate) fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let json = read_json(&index)?;
@@ -84,15 +84,7 @@ fn shard_paths(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
         files.dedup();
         return Ok(files.into_iter().map(|f| dir.join(f)).collect());
     }
-    let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-        .collect();
-    files.sort();
+    let files = super::files_with_extension(dir, "safetensors")?;
     if files.is_empty() {
         return Err(LoadError::Missing {
             what: "*.safetensors weights".into(),
