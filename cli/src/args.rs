@@ -19,8 +19,9 @@ pub struct ModelArgs {
     /// Default: the offline SmolLM2 under .data/models of this repository.
     #[arg(long, short, env = "KIVI_MODEL")]
     pub model: Option<String>,
-    /// Where and how the model runs: host (the CPU kernels, float32), mlx-cpu or mlx-gpu,
-    /// optionally with -f32, -f16 or -bf16 (mlx-gpu-f16 is a Mac's). Default: KIVI_BACKEND,
+    /// Where and how the model runs: host (the CPU kernels, int8 inputs to the weight
+    /// products), host-f32 (float32 inputs), mlx-cpu or mlx-gpu, optionally with -f32, -f16
+    /// or -bf16 (mlx-gpu-f16 is a Mac's). Default: KIVI_BACKEND,
     /// else the platform's (mlx-gpu-f16 on Apple silicon, host elsewhere).
     #[arg(long)]
     pub backend: Option<Backend>,

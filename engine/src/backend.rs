@@ -12,8 +12,8 @@
 //! - the compute dtype of activations, dense weights and quantization scales; the KV
 //!   cache's scales, zeros and residual window are stored in [`Backend::storage_dtype`].
 //!
-//! Written as `host`, `mlx-cpu-f32`, `mlx-cpu-f16`, `mlx-gpu-f16`, `mlx-gpu-bf16`, ...
-//! ([`FromStr`], [`fmt::Display`]). The default ([`Backend::platform_default`]) is MLX on
+//! Written as `host`, `host-f32`, `mlx-cpu-f32`, `mlx-cpu-f16`, `mlx-gpu-f16`,
+//! `mlx-gpu-bf16`, ... ([`FromStr`], [`fmt::Display`]). The default ([`Backend::platform_default`]) is MLX on
 //! the GPU in float16 on Apple silicon, and the host kernels elsewhere. `KIVI_BACKEND` sets
 //! it for a process ([`Backend::chosen`]), so that a test suite can run on another backend.
 
@@ -32,9 +32,6 @@ pub use kivi_kernels::host::openblas;
 
 /// The environment variable [`Backend::chosen`] reads.
 pub const BACKEND_ENV: &str = "KIVI_BACKEND";
-
-/// The environment variable [`Backend::host_activations`] reads (`float` or `int8`).
-pub const HOST_ACTIVATIONS_ENV: &str = "KIVI_HOST_ACTIVATIONS";
 
 /// Where MLX's operations run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -98,8 +95,8 @@ impl Precision {
 pub enum BackendError {
     /// The text names no backend.
     #[error(
-        "unknown backend {0:?}: use host, mlx-cpu or mlx-gpu, optionally with -f32, -f16 or \
-         -bf16 (for example mlx-gpu-f16)"
+        "unknown backend {0:?}: use host, host-f32, or mlx-cpu or mlx-gpu, optionally with \
+         -f32, -f16 or -bf16 (for example mlx-gpu-f16)"
     )]
     Unknown(String),
     /// A combination the kernels cannot run.
@@ -116,6 +113,9 @@ pub struct Backend {
     kernels: Kernels,
     device: Device,
     compute: Precision,
+    /// How the host kernels' quantized products take their inputs; float with MLX's
+    /// operations, which never read it.
+    activations: Activations,
 }
 
 /// Decode steps with fewer positions than this run the host kernels on the host backend;
@@ -132,11 +132,20 @@ pub struct Backend {
 const HOST_MAX_ROWS: usize = 8;
 
 impl Backend {
-    /// The host kernels on the CPU in float32 (KV scales, zeros and window in float16).
+    /// The host kernels on the CPU in float32 (KV scales, zeros and window in float16),
+    /// their quantized products over int8 inputs ([`Backend::host_activations`]).
     pub const HOST: Backend = Backend {
         kernels: Kernels::Host,
         device: Device::Cpu,
         compute: Precision::F32,
+        activations: Activations::Int8,
+    };
+
+    /// [`Backend::HOST`] with float32 inputs to its quantized products (`host-f32`): the
+    /// engine's logits are then mlx-lm's, which the reference tests check to 1e-2.
+    pub const HOST_F32: Backend = Backend {
+        activations: Activations::Float,
+        ..Backend::HOST
     };
 
     /// MLX operations on `device` in `compute`.
@@ -145,6 +154,7 @@ impl Backend {
             kernels: Kernels::Mlx,
             device,
             compute,
+            activations: Activations::Float,
         }
     }
 
@@ -212,24 +222,14 @@ impl Backend {
         }
     }
 
-    /// How the host kernels' quantized products take their inputs: in float32 unless
-    /// `KIVI_HOST_ACTIVATIONS=int8` asks for them quantized to int8 per block of 32, as
-    /// llama.cpp's CPU products do, so that a block of codes is one integer dot product
-    /// (VNNI or AVX2). Float is the default: with it the engine's logits are mlx-lm's
-    /// (int8 inputs move SmolLM2's by up to 0.15 and its greedy tokens within 40 steps),
-    /// for a speed-up this project has not yet measured apart from its machines' noise
-    /// (`docs/benchmarks.md`).
+    /// How the host kernels' quantized products take their inputs: quantized to int8 per
+    /// block of 32 on `host`, as llama.cpp's CPU products do, so that a block of codes is
+    /// one integer dot product (VNNI or AVX2); in float32 on `host-f32`. Int8 inputs make a
+    /// SmolLM2 decode step about 1.1x faster on a 2-core x86 CPU, move its perplexity by
+    /// less than 0.1% and its logits from mlx-lm's by up to 0.25 (`docs/benchmarks.md`).
+    /// The output head takes float32 inputs either way (`Llama::logits`).
     pub fn host_activations(&self) -> Activations {
-        // Read once: every decode step asks.
-        static CHOSEN: std::sync::OnceLock<Activations> = std::sync::OnceLock::new();
-        *CHOSEN.get_or_init(|| match std::env::var(HOST_ACTIVATIONS_ENV) {
-            Ok(v) if v.trim() == "int8" => Activations::Int8,
-            Ok(v) if !v.trim().is_empty() && v.trim() != "float" => {
-                eprintln!("{HOST_ACTIVATIONS_ENV}={v:?} is neither float nor int8: using float");
-                Activations::Float
-            }
-            _ => Activations::Float,
-        })
+        self.activations
     }
 
     /// Whether `rows` positions run through the host kernels (a decode step on the host
@@ -346,7 +346,10 @@ fn gpu_available() -> bool {
 impl fmt::Display for Backend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (self.kernels, self.device) {
-            (Kernels::Host, _) => f.write_str("host"),
+            (Kernels::Host, _) => match self.activations {
+                Activations::Int8 => f.write_str("host"),
+                Activations::Float => f.write_str("host-f32"),
+            },
             (Kernels::Mlx, Device::Cpu) => write!(f, "mlx-cpu-{}", self.compute.name()),
             (Kernels::Mlx, Device::Gpu) => write!(f, "mlx-gpu-{}", self.compute.name()),
         }
@@ -356,8 +359,9 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = BackendError;
 
-    /// `host`, `mlx-cpu` (float32), `mlx-gpu` (float16), each optionally with `-f32`,
-    /// `-f16` or `-bf16`.
+    /// `host` (int8 inputs to quantized products) or `host-f32` (float32 throughout);
+    /// `mlx-cpu` (float32) or `mlx-gpu` (float16), each optionally with `-f32`, `-f16` or
+    /// `-bf16`.
     fn from_str(s: &str) -> Result<Self, BackendError> {
         let text = s.trim().to_ascii_lowercase();
         let unknown = || BackendError::Unknown(s.trim().to_string());
@@ -372,7 +376,8 @@ impl FromStr for Backend {
         });
         match base {
             "host" => match precision {
-                None | Some(Precision::F32) => Ok(Backend::HOST),
+                None => Ok(Backend::HOST),
+                Some(Precision::F32) => Ok(Backend::HOST_F32),
                 Some(other) => Err(BackendError::Unsupported(format!(
                     "the host kernels compute in float32, not {}: use host, or mlx-cpu-{} for \
                      MLX's operations in {} on the CPU",
@@ -415,6 +420,7 @@ mod tests {
     fn names_round_trip_and_defaults_fill_in() {
         for name in [
             "host",
+            "host-f32",
             "mlx-cpu-f32",
             "mlx-cpu-f16",
             "mlx-cpu-bf16",
@@ -426,7 +432,9 @@ mod tests {
             let json = serde_json::to_string(&backend).unwrap();
             assert_eq!(serde_json::from_str::<Backend>(&json).unwrap(), backend);
         }
-        assert_eq!("host-f32".parse::<Backend>().unwrap(), Backend::HOST);
+        assert_eq!("host-f32".parse::<Backend>().unwrap(), Backend::HOST_F32);
+        assert_eq!(Backend::HOST.host_activations(), Activations::Int8);
+        assert_eq!(Backend::HOST_F32.host_activations(), Activations::Float);
         assert_eq!(
             " MLX-CPU ".parse::<Backend>().unwrap(),
             Backend::mlx(Device::Cpu, Precision::F32)
@@ -464,6 +472,11 @@ mod tests {
         assert_eq!(mac.description(), "MLX on the GPU, float16");
         assert_eq!(
             host.description(),
+            "host kernels on the CPU, float32 (KV cache in float16), int8 inputs to \
+             quantized products"
+        );
+        assert_eq!(
+            Backend::HOST_F32.description(),
             "host kernels on the CPU, float32 (KV cache in float16)"
         );
     }

@@ -227,7 +227,7 @@ fn follows_float32(name: &str) {
     let config: CacheConfig = name.parse().unwrap();
     let tolerance = tolerance(backend, config);
     let path = offline::smollm2_path();
-    let host = load_local(&path, Backend::HOST).unwrap();
+    let host = load_local(&path, Backend::HOST_F32).unwrap();
     let mac = load_local(&path, backend).unwrap();
     let run = Run::new(config);
     let text = text_tokens(&host, run.prompt + SECOND);

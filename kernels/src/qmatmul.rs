@@ -28,7 +28,7 @@ mod int8;
 pub use int8::BLOCK as INT8_BLOCK;
 
 /// How the input rows enter the product.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Activations {
     /// As they are, in float32: the result is the exact product to float rounding.
     Float,
@@ -131,11 +131,17 @@ pub fn qmatmul(
         )));
     }
     let groups = w.cols / w.group;
-    // Per input row, the sum of each group of inputs: the bias term's factor.
-    let xsums: Vec<f32> = x
-        .chunks_exact(w.group)
-        .map(|g| g.iter().sum::<f32>())
-        .collect();
+    let int8 = (activations == Activations::Int8 && int8::supports(w.bits, w.group))
+        .then(|| int8::Int8Rows::new(x, w.cols, w.bits));
+    // Per input row, the sum of each group of inputs (of the quantized ones over int8
+    // inputs): the bias term's factor.
+    let xsums: Vec<f32> = match &int8 {
+        Some(x8) => x8.group_sums(w.group),
+        None => x
+            .chunks_exact(w.group)
+            .map(|g| g.iter().sum::<f32>())
+            .collect(),
+    };
     // Rows of `W` in blocks across rayon's threads: a decode step's products are one input
     // row, so the output features are what there is to share. Small matrices stay on the
     // calling thread, where a hand-off would cost more than the work.
@@ -144,8 +150,6 @@ pub fn qmatmul(
     } else {
         w.rows
     };
-    let int8 = (activations == Activations::Int8 && int8::supports(w.bits, w.group))
-        .then(|| int8::Int8Rows::new(x, w.cols, w.bits));
     for r in 0..m {
         let xr = &x[r * w.cols..(r + 1) * w.cols];
         let xs = &xsums[r * groups..(r + 1) * groups];
@@ -483,16 +487,13 @@ mod tests {
                             );
                         }
                         // int8 activations move each value by at most half a step of its
-                        // block (the bias term is exact): bounded by sum |code * scale| *
-                        // max|x_block| / 254.
+                        // block, and the product is the weights' with the moved values:
+                        // bounded by sum |w| * max|x_block| / 254.
                         let bound: f64 = (0..cols)
                             .map(|i| {
                                 let block = &xr[i / INT8_BLOCK * INT8_BLOCK..][..INT8_BLOCK];
                                 let amax = block.iter().fold(0f32, |a, v| a.max(v.abs()));
-                                f64::from(dense[o * cols + i] - biases[(o * cols + i) / group])
-                                    .abs()
-                                    * f64::from(amax)
-                                    / 254.0
+                                f64::from(dense[o * cols + i]).abs() * f64::from(amax) / 254.0
                             })
                             .sum();
                         let got = f64::from(int8[r * rows + o]);

@@ -47,6 +47,15 @@ impl<'a> HostOps<'a> {
             activations: backend.host_activations(),
         }
     }
+
+    /// The same operations with float32 inputs to every quantized product, whatever the
+    /// backend's choice: for the output head (see `Llama::logits`).
+    pub(super) fn with_float_inputs(self) -> Self {
+        Self {
+            activations: Activations::Float,
+            ..self
+        }
+    }
 }
 
 /// `[rows, width]`, row-major.

@@ -253,7 +253,12 @@ impl Llama {
         let rows = hidden.size() / hidden.dim(-1).max(1) as usize;
         self.backend.scoped(|| {
             if self.backend.host_step(rows) {
-                self.head(&HostOps::new(&self.backend), hidden)
+                // The head's product takes float32 inputs on every host backend: the
+                // logits decide the token, and int8 inputs there flipped close choices
+                // (SmolLM2 answered "What is the capital of France?" with "L'Étoile ..."
+                // instead of "The capital of France is Paris."), for about a fifth of a
+                // step's weights (docs/benchmarks.md).
+                self.head(&HostOps::new(&self.backend).with_float_inputs(), hidden)
             } else {
                 self.head(&MlxOps::new(&self.backend), hidden)
             }

@@ -37,7 +37,7 @@ export type SettingsField =
   | "backend"
   | "diskCacheMib";
 
-/** The names the engine parses: auto, host, mlx-cpu[-dtype], mlx-gpu[-dtype]. */
+/** The names the engine parses: auto, host[-f32], mlx-cpu[-dtype], mlx-gpu[-dtype]. */
 const BACKEND_NAME = /^(auto|host(-f32)?|mlx-(cpu|gpu)(-(f32|f16|bf16))?)$/;
 
 const isInt = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n);

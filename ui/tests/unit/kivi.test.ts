@@ -76,6 +76,7 @@ describe("labels and estimates", () => {
 describe("backend names", () => {
   it("shortens the engine's backend names for the panel", () => {
     expect(backendShort("host")).toBe("CPU kernels");
+    expect(backendShort("host-f32")).toBe("CPU kernels · f32");
     expect(backendShort("mlx-gpu-f16")).toBe("MLX · GPU · f16");
     expect(backendShort("mlx-cpu-bf16")).toBe("MLX · CPU · bf16");
     expect(backendShort("something-new")).toBe("something-new");
