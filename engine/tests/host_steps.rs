@@ -23,16 +23,39 @@ fn steps(
     prompt: &[u32],
     steps: usize,
 ) -> (Vec<Vec<f32>>, Vec<u32>) {
+    decode(loaded, config, prompt, steps, |_, row| argmax(row))
+}
+
+/// Logits of one-token steps after a prefill of `prompt`, fed `tokens` whatever the model
+/// predicts (teacher forcing): the row that predicts each token.
+fn forced(
+    loaded: &LoadedModel,
+    config: CacheConfig,
+    prompt: &[u32],
+    tokens: &[u32],
+) -> Vec<Vec<f32>> {
+    decode(loaded, config, prompt, tokens.len(), |i, _| tokens[i]).0
+}
+
+/// `count` one-token steps after a prefill of `prompt`, step `i` feeding `next(i, row)`
+/// where `row` is the logits before it. Returns the rows and the tokens fed.
+fn decode(
+    loaded: &LoadedModel,
+    config: CacheConfig,
+    prompt: &[u32],
+    count: usize,
+    mut next: impl FnMut(usize, &[f32]) -> u32,
+) -> (Vec<Vec<f32>>, Vec<u32>) {
     let backend = loaded.model.backend();
     let mut caches: Vec<Box<dyn KvCache>> =
         config.make_layers(loaded.model.config().num_layers, backend);
     let hidden = loaded.model.forward(prompt, &mut caches).unwrap();
     let mut logits: Array = loaded.model.last_logits(&hidden).unwrap();
     let (mut rows, mut tokens) = (Vec::new(), Vec::new());
-    for _ in 0..steps {
+    for i in 0..count {
         logits.eval().unwrap();
         let row = logits.as_slice::<f32>().to_vec();
-        let token = argmax(&row);
+        let token = next(i, &row);
         rows.push(row);
         tokens.push(token);
         let hidden = loaded.model.forward(&[token], &mut caches).unwrap();
@@ -151,28 +174,6 @@ fn int8_inputs_follow_float32_on_smollm2() {
         assert!(same * 10 >= fed.len() * 9, "{config}: {same}/{}", fed.len());
         assert!(gap.abs() < 0.01, "{config}: {p_got} against {p_want}");
     }
-}
-
-/// Logits of one-token steps after a prefill of `prompt`, fed `tokens` whatever the model
-/// predicts (teacher forcing): the row that predicts each token.
-fn forced(
-    loaded: &LoadedModel,
-    config: CacheConfig,
-    prompt: &[u32],
-    tokens: &[u32],
-) -> Vec<Vec<f32>> {
-    let mut caches: Vec<Box<dyn KvCache>> =
-        config.make_layers(loaded.model.config().num_layers, loaded.model.backend());
-    let hidden = loaded.model.forward(prompt, &mut caches).unwrap();
-    let mut logits: Array = loaded.model.last_logits(&hidden).unwrap();
-    let mut rows = Vec::new();
-    for &token in tokens {
-        logits.eval().unwrap();
-        rows.push(logits.as_slice::<f32>().to_vec());
-        let hidden = loaded.model.forward(&[token], &mut caches).unwrap();
-        logits = loaded.model.last_logits(&hidden).unwrap();
-    }
-    rows
 }
 
 fn log_softmax_at(row: &[f32], token: u32) -> f64 {

@@ -148,8 +148,10 @@ fn gguf_logits_on(backend: Backend) {
 
 #[test]
 fn long_prompt_in_chunks_matches_mlx_lm() {
-    for backend in BACKENDS {
-        long_prompt_on(backend);
+    // Chunks of 88 tokens and more run dense products, and the head takes float32 inputs
+    // on every host backend: `host` would repeat `host-f32` exactly.
+    for backend in &BACKENDS[..2] {
+        long_prompt_on(*backend);
     }
 }
 

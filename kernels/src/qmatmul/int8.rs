@@ -45,7 +45,7 @@ pub(super) struct Int8Rows {
     /// is not finite, so that the output is not finite either, as with float inputs).
     d: Vec<f32>,
     /// `[m, cols / BLOCK]`: `128 * sum q` of each block, for the AVX2 8-bit kernel's sign
-    /// trick.
+    /// trick and the bias term's sums ([`Int8Rows::group_sums`]).
     qsum128: Vec<i32>,
     /// Per row, the values kept out of the int8 blocks (index, value): see [`OUTLIERS`].
     outliers: Vec<Vec<(usize, f32)>>,
