@@ -13,9 +13,10 @@
 //!   cache's scales, zeros and residual window are stored in [`Backend::storage_dtype`].
 //!
 //! Written as `host`, `host-f32`, `mlx-cpu-f32`, `mlx-cpu-f16`, `mlx-gpu-f16`,
-//! `mlx-gpu-bf16`, ... ([`FromStr`], [`fmt::Display`]). The default ([`Backend::platform_default`]) is MLX on
-//! the GPU in float16 on Apple silicon, and the host kernels elsewhere. `KIVI_BACKEND` sets
-//! it for a process ([`Backend::chosen`]), so that a test suite can run on another backend.
+//! `mlx-gpu-bf16`, ... ([`FromStr`], [`fmt::Display`]). The default
+//! ([`Backend::platform_default`]) is MLX on the GPU in float16 on Apple silicon, and the
+//! host kernels elsewhere. `KIVI_BACKEND` sets it for a process ([`Backend::chosen`]), so
+//! that a test suite can run on another backend.
 
 use std::fmt;
 use std::str::FromStr;

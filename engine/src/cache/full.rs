@@ -526,9 +526,10 @@ mod tests {
         a.as_slice::<f32>().to_vec()
     }
 
-    /// What a cache on `backend` holds of `a`: rounded to float16 on the host.
+    /// What a cache on `backend` holds of `a`: rounded to its full cache's dtype (float16
+    /// on the host).
     fn as_held(a: &Array, backend: Backend) -> Array {
-        if backend.kernels() == crate::backend::Kernels::Host {
+        if backend.full_cache_dtype() == Dtype::Float16 {
             let rounded = a.as_dtype(Dtype::Float16).unwrap();
             rounded.as_dtype(Dtype::Float32).unwrap()
         } else {
@@ -591,7 +592,7 @@ mod tests {
             assert_eq!(cache.len(), at as usize);
             let stats = cache.stats();
             assert_eq!(stats.fp16_bytes, (2 * kv * at * d * 2) as u64);
-            let element = if backend.kernels() == crate::backend::Kernels::Host {
+            let element = if backend.full_cache_dtype() == Dtype::Float16 {
                 2
             } else {
                 4
