@@ -3,8 +3,9 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PY="$ROOT/.venv/bin/python"
-OPENBLAS=$(ls /usr/lib/*/libopenblas.so.0 2>/dev/null | head -n 1)
-[ -n "$OPENBLAS" ] || { echo "libopenblas-dev is not installed (make setup)" >&2; exit 1; }
+found=(/usr/lib/*/libopenblas.so.0)
+OPENBLAS=${found[0]}
+[ -e "$OPENBLAS" ] || { echo "libopenblas-dev is not installed (make setup)" >&2; exit 1; }
 for round in 1 2; do
   echo "--- round $round: bundled reference BLAS"
   "$PY" "$ROOT/scripts/bench_blas.py"

@@ -33,6 +33,12 @@ stage_setup() {
 stage_shell() {
   stage "shell: scripts/setup.sh's macOS branch on stand-in tools (scripts/tests/setup-macos.sh)"
   bash scripts/tests/setup-macos.sh
+  # Under pipefail, `cmd | grep -q` (or `grep -m`, `head`) fails at random: the reader exits
+  # early and the writer dies of SIGPIPE. Scripts capture a command's output, then match it.
+  if grep -nE '^[^#]*\|[[:space:]]*(grep[[:space:]]+-[a-zA-Z]*[qm]|head)\b' scripts/*.sh scripts/tests/*.sh .ci/run; then
+    echo "shell: the pipes above into an early-exiting reader can fail under pipefail" >&2
+    return 1
+  fi
 }
 
 stage_lint() {

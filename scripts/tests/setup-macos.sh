@@ -375,8 +375,9 @@ check "leaves no .deps/mlx-sys" test ! -e "$DIR/root/.deps/mlx-sys"
 check "leaves no half-made copy" test ! -e "$DIR/root/.deps/mlx-sys.tmp"
 verdict "an mlx-sys whose build.rs lacks the Debug line: set-up stops, saying so"
 
-REAL_BUILD_RS=$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mlx-sys-0.7.0/build.rs 2>/dev/null | head -n 1 || true)
-if [ -n "$REAL_BUILD_RS" ]; then
+found=("${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/mlx-sys-0.7.0/build.rs)
+REAL_BUILD_RS=${found[0]}
+if [ -e "$REAL_BUILD_RS" ]; then
   OUT=$(grep -n 'CMAKE_BUILD_TYPE' "$REAL_BUILD_RS" || true)
   check "the real build.rs has the Debug line once" \
     test "$(grep -cF 'config.define("CMAKE_BUILD_TYPE", "Debug");' "$REAL_BUILD_RS")" = 1
