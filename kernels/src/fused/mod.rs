@@ -7,7 +7,7 @@
 //! spans of whole groups that run on separate threads: each span gives an unnormalized
 //! softmax (its maximum, sum and weighted values), and the spans are combined exactly as
 //! one softmax over all tokens would be. The full-precision cache's CPU path gets its
-//! threads from BLAS; this one runs its spans on rayon's pool.
+//! threads from BLAS; this one runs its spans on the kernels' thread team ([`team`]).
 //!
 //! It reads the evaluated MLX buffers as host slices ([`view`]) and returns a new array,
 //! so it ends the lazy graph at the layer's queries (harmless on the CPU, where MLX runs
@@ -23,11 +23,13 @@ mod view;
 
 use half::f16;
 use mlx_rs::{Array, Dtype};
-use rayon::prelude::*;
 
 use crate::{
     cache_view::CacheView,
-    host::buffers::{slice, Floats},
+    host::{
+        buffers::{slice, Floats},
+        team,
+    },
     KernelError, KeyAxis,
 };
 use span::{spans, Partial};
@@ -56,7 +58,7 @@ pub fn accepts(queries: &Array, cache: &CacheView<'_>) -> bool {
 /// Attention output `[B, H, 1, Dv]` of one query position `[B, H, 1, D]` (the newest)
 /// over the whole cache. See [`accepts`] for what it accepts.
 pub fn decode(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
-    let threads = rayon::current_num_threads().min(MAX_THREADS);
+    let threads = team::threads().min(MAX_THREADS);
     decode_on(queries, cache, scale, threads)
 }
 
@@ -166,7 +168,7 @@ pub fn decode_window(
         residual_values: Floats::F16(w.values),
     };
     let q: Vec<f32> = queries.iter().map(|x| x * scale).collect();
-    let threads = rayon::current_num_threads().min(MAX_THREADS);
+    let threads = team::threads().min(MAX_THREADS);
     Ok(attend(&kv, &q, heads / w.kv_heads, threads))
 }
 
@@ -175,12 +177,9 @@ pub fn decode_window(
 fn attend(kv: &Parts<'_>, q: &[f32], rep: usize, threads: usize) -> Vec<f32> {
     let group = kv.keys.as_ref().map_or(1, |k| k.group);
     let spans = spans(kv.quantized, kv.residual, group, threads);
-    // rayon's threads, not threads spawned per call: a decode step makes one call per
+    // The team's threads, not threads spawned per call: a decode step makes one call per
     // layer, and a spawn plus join cost about as much as a 4k-token span.
-    let parts: Vec<Vec<Partial>> = spans
-        .par_iter()
-        .map(|s| loops::span(kv, q, rep, s))
-        .collect();
+    let parts: Vec<Vec<Partial>> = team::map(spans.len(), |i| loops::span(kv, q, rep, &spans[i]));
     combine(&parts, rep, kv.value_dim)
 }
 

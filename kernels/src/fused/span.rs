@@ -4,10 +4,11 @@
 use std::ops::Range;
 
 /// Tokens (quantized and window) below which a span is not worth a thread of its own.
-/// At 1024, a 2k-token cache ran on one thread: two spans took its calls from 0.24 to
-/// 0.21-0.22 ms, and 1k-token calls from 0.13-0.18 to 0.08-0.12 ms (fastest of 300,
-/// `decode_timing 1024 2048`, K4V4 with float16 storage).
-const MIN_SPAN_TOKENS: usize = 512;
+/// Through rayon it was 512. With the team's hand-off ([`crate::host::team`]), two spans
+/// of a 512-token cache cut a SmolLM2 decode step's attention from 3.2-3.4 ms to 2.3-3.0
+/// (K2V2) and from 4.0-4.3 to 2.1-2.5 (full cache), and the step by 1.05-1.2x
+/// (`decode_step`, three alternated runs, two threads).
+const MIN_SPAN_TOKENS: usize = 128;
 
 /// Tokens one thread attends: quantized tokens `tokens` (whole groups) and window tokens
 /// `window` (counted from the window's first token).
@@ -67,7 +68,7 @@ mod tests {
                 window: 0..0
             }]
         );
-        assert_eq!(spans(864, 128, 32, 4).len(), 1);
+        assert_eq!(spans(192, 32, 32, 4).len(), 1);
         // Nothing quantized: the window shared out (a full-precision cache).
         assert_eq!(
             spans(0, 1024, 32, 2),

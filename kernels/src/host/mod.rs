@@ -12,7 +12,9 @@
 //!   segments, token- or channel-major), causal within a chunk, grouped-query heads;
 //! - [`dequantize`]: a packed KIVI tensor back in float32, for the attention of a chunk;
 //! - [`buffers`]: MLX arrays read as host slices (evaluated, contiguous, float16 read as
-//!   float32).
+//!   float32);
+//! - [`team`]: the threads that share a decode step's weight products and attention
+//!   spans, spinning between them instead of parking.
 //!
 //! Everything here is tested against plain loops in f64 (`kernels/tests/host.rs`), and the
 //! dequantizer against the reference quantizer bit for bit (`kernels/tests/mlx_quant.rs`).
@@ -23,6 +25,7 @@ pub mod buffers;
 pub mod dequantize;
 pub mod openblas;
 pub mod softmax;
+pub mod team;
 
 pub use buffers::readable;
 
