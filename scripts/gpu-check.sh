@@ -6,11 +6,13 @@
 # packed here and carried over in parts.
 #
 #   scripts/gpu-check.sh prepare   here: builds the release test binaries (tiny_models,
-#                                  mac_path, decode_loop), fetches MLX's CUDA library (PyPI mlx-cuda-13),
-#                                  packs them with the offline model into .gpu/part-*
+#                                  decode_loop, mac_path), fetches MLX's CUDA library and
+#                                  headers (PyPI mlx-cuda-13), packs them with the offline
+#                                  model into .gpu/part-*
 #   scripts/gpu-check.sh receive   there: keeps the parts carried in this call
 #   scripts/gpu-check.sh run       there: keeps this call's parts, unpacks the whole bundle,
-#                                  runs the test binaries with KIVI_BACKEND=mlx-gpu-f16 and
+#                                  runs every test with KIVI_BACKEND=mlx-gpu-f16, each in
+#                                  its own process under KIVI_GPU_TEST_SECONDS (150), and
 #                                  writes the log to $OUT/gpu-check.log
 #   scripts/gpu-check.sh local     here: unpacks the bundle and runs the same binaries on the
 #                                  CPU (mlx-cpu-f16, the wheel's CPU library), to test the
@@ -27,7 +29,8 @@ cd "$ROOT"
 GPU="$ROOT/.gpu"
 MLX_VERSION=0.32.2
 PART_BYTES=$((58 * 1024 * 1024))
-TESTS=(tiny_models mac_path decode_loop)
+# In the order they run: the longest last, so that a call cut at its time limit loses least.
+TESTS=(tiny_models decode_loop mac_path)
 BACKEND=${KIVI_GPU_BACKEND:-mlx-gpu-f16}
 
 say() { printf '\033[1;36m[gpu-check]\033[0m %s\n' "$*"; }
@@ -71,9 +74,10 @@ prepare() {
     .venv/bin/pip download -q --disable-pip-version-check --no-deps "mlx-cuda-13==$MLX_VERSION" \
       -d "$GPU/cache"
   fi
-  # The wheel's layout under site/ (its libmlx.so looks for ../../nvidia/* and
-  # ../../mlx_cuda_13.libs), without the headers.
-  (cd "$stage/site" && unzip -q "$wheel" 'mlx/lib/*' 'mlx_cuda_13.libs/*')
+  # The wheel's layout under site/: its libmlx.so looks for ../../nvidia/* and
+  # ../../mlx_cuda_13.libs, and its CUDA JIT (NVRTC) compiles kernels against the headers
+  # in ../include (CCCL's cuda/std, CUTLASS), which the CUDA Python packages lack.
+  (cd "$stage/site" && unzip -q "$wheel" 'mlx/lib/*' 'mlx/include/*' 'mlx_cuda_13.libs/*')
 
   cp .data/models/SmolLM2-135M-Instruct.Q4_1.gguf "$stage/.data/models/"
   cp .data/texts/moby-dick/chapter_97.txt "$stage/.data/texts/moby-dick/"
@@ -128,23 +132,34 @@ unpack() {
   say "unpacked $(du -sh "$GPU/unpacked" | cut -f1), $(grep ^built "$GPU/manifest")"
 }
 
-# Runs the test binaries of the unpacked bundle with `KIVI_BACKEND=$1`; with `cuda`, MLX's
-# CUDA library and this machine's CUDA packages.
+# Runs every test of the unpacked bundle's binaries with `KIVI_BACKEND=$1`, each in its own
+# process under a time limit (a kernel that MLX's JIT cannot finish compiling costs one test,
+# not the call), and logs each one's result and seconds.
 run_tests() {
   local backend=$1 libs=$2 log=$3
-  local dir="$GPU/unpacked"
-  export KIVI_BACKEND="$backend" KIVI_WORKSPACE="$dir" LD_LIBRARY_PATH="$libs"
+  local dir="$GPU/unpacked" limit=${KIVI_GPU_TEST_SECONDS:-150}
+  # Appended, not replaced: the image may find its driver (libcuda) through LD_LIBRARY_PATH.
+  export KIVI_BACKEND="$backend" KIVI_WORKSPACE="$dir" LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   {
     echo "== $(date -u +%FT%TZ) · backend $backend · bundle $(grep ^built "$GPU/manifest")"
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     echo "== libraries the binaries resolve"
     ldd "$dir/bin/mac_path" | grep -E 'mlx|cuda|cublas|cudnn|nvrtc|nccl|not found' || true
-    local t status=0
-    for t in "${TESTS[@]}"; do
-      echo "== $t"
-      "$dir/bin/$t" --test-threads 1 --nocapture || status=1
+    local bin name status=0 passed=0 failed=0
+    for bin in "${TESTS[@]}"; do
+      local names
+      names=$("$dir/bin/$bin" --list --format terse | sed -n 's/: test$//p')
+      for name in $names; do
+        echo "== $bin::$name"
+        local t0=$SECONDS rc=0
+        timeout "$limit" "$dir/bin/$bin" --exact "$name" --test-threads 1 --nocapture || rc=$?
+        local verdict=ok
+        if [ "$rc" -eq 124 ]; then verdict="TIMEOUT after $limit s"; elif [ "$rc" -ne 0 ]; then verdict=FAILED; fi
+        [ "$rc" -eq 0 ] && passed=$((passed + 1)) || { failed=$((failed + 1)); status=1; }
+        echo "== $bin::$name: $verdict, $((SECONDS - t0)) s"
+      done
     done
-    echo "== exit $status"
+    echo "== $passed passed, $failed failed"
     return $status
   } 2>&1 | tee "$log"
 }
@@ -156,13 +171,37 @@ run() {
   # The image's site-packages holding nvidia/* (CUDA 13 from PyTorch's dependencies).
   site=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))') \
     || die "no CUDA Python packages (nvidia-*) on this machine"
-  local nvidia="$GPU/unpacked/site/nvidia"
+  # libmlx.so's RPATH finds the CUDA libraries in ../../nvidia, linked here to the image's
+  # packages. MLX's JIT (NVRTC) takes its CUDA headers from nvidia/cu13/include when that
+  # exists, else from $CUDA_HOME; the packages' include/ lacks crt/ (mma.h, which the
+  # quantized matmul's kernels need), so where the toolkit has it, cu13 is linked without
+  # its include/ and the toolkit's headers are used.
+  local nvidia="$GPU/unpacked/site/nvidia" toolkit=${CUDA_HOME:-/usr/local/cuda} entry
   rm -rf "$nvidia"
-  ln -s "$site/nvidia" "$nvidia"
+  if [ -f "$toolkit/include/crt/mma.h" ]; then
+    export CUDA_HOME=$toolkit
+    mkdir -p "$nvidia/cu13"
+    for entry in "$site"/nvidia/*; do
+      [ "${entry##*/}" = cu13 ] || ln -s "$entry" "$nvidia/"
+    done
+    for entry in "$site"/nvidia/cu13/*; do
+      [ "${entry##*/}" = include ] || ln -s "$entry" "$nvidia/cu13/"
+    done
+  else
+    ln -s "$site/nvidia" "$nvidia"
+  fi
   local libs="$GPU/unpacked/site/mlx/lib"
   libs+=":$(find "$site/nvidia" -name 'lib*.so*' -printf '%h\n' | sort -u | paste -sd:)"
-  local out=${OUT:-$GPU}
-  run_tests "$BACKEND" "$libs" "$out/gpu-check.log"
+  # The tests' references (the host and mlx-cpu backends) run MLX's CPU stream in the same
+  # process, and MLX compiles fused CPU kernels with the machine's g++ against a preamble
+  # made with the wheel's older GCC; GCC 13 and later refuse its typedefs of the types they
+  # now build in (_Float128 and kin) unless -fpermissive turns those errors into warnings.
+  local wrap="$GPU/cxx"
+  mkdir -p "$wrap"
+  printf '#!/bin/sh\nexec %s -fpermissive "$@"\n' "$(command -v g++)" >"$wrap/g++"
+  chmod +x "$wrap/g++"
+  export PATH="$wrap:$PATH"
+  run_tests "$BACKEND" "$libs" "${OUT:-$GPU}/gpu-check.log"
 }
 
 local_check() {
@@ -172,8 +211,11 @@ local_check() {
   unpack
   # The CPU wheel's library stands in for the CUDA one: same binaries, same data, the CPU.
   local cpu_lib
-  cpu_lib=$(.venv/bin/python -c 'import mlx, os; print(os.path.join(os.path.dirname(mlx.__file__), "lib"))')
-  run_tests "${KIVI_GPU_LOCAL_BACKEND:-mlx-cpu-f16}" "$cpu_lib" "$GPU/local-check.log"
+  # mlx is a namespace package (no __file__): its folder is the first of its __path__.
+  cpu_lib=$(.venv/bin/python -c 'import mlx, os; print(os.path.join(list(mlx.__path__)[0], "lib"))')
+  # Two CPU cores take minutes where the GPU takes seconds: a longer limit per test.
+  KIVI_GPU_TEST_SECONDS=${KIVI_GPU_TEST_SECONDS:-900} \
+    run_tests "${KIVI_GPU_LOCAL_BACKEND:-mlx-cpu-f16}" "$cpu_lib" "$GPU/local-check.log"
 }
 
 case "${1:-}" in
