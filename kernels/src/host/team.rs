@@ -30,7 +30,13 @@ use std::{
 const SPIN: Duration = Duration::from_micros(500);
 
 /// Most tasks in one section: the width of a task field of [`Team::state`].
-pub const MAX_TASKS: usize = 0xffff;
+const MAX_TASKS: usize = 0xffff;
+
+/// Spins of a caller waiting for helpers' tasks before it starts yielding its core: well
+/// past a task's usual 20-100 µs. A helper that takes longer has most likely been
+/// preempted (more runnable threads than cores, the app's webview during a decode, say),
+/// and the caller's spinning would hold the core the helper needs to finish.
+const SPINS_BEFORE_YIELD: u32 = 1 << 14;
 
 /// What a section runs: task `i` for each claimed `i`.
 type Job<'a> = &'a (dyn Fn(usize) + Sync);
@@ -142,8 +148,14 @@ pub fn run(tasks: usize, job: &(dyn Fn(usize) + Sync)) {
         team.done.fetch_add(1, Release);
     }
     // Every task is claimed; wait for the helpers' to finish.
+    let mut spins = 0u32;
     while team.done.load(Acquire) < tasks {
-        std::hint::spin_loop();
+        if spins < SPINS_BEFORE_YIELD {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            thread::yield_now();
+        }
     }
     let helper_panicked = team.panicked.swap(false, Relaxed);
     team.busy.store(false, Release);
@@ -319,6 +331,17 @@ mod tests {
             sum.fetch_add(i, Relaxed);
         });
         assert_eq!(sum.load(Relaxed), 12);
+    }
+
+    /// Slow tasks keep the caller waiting past its spins, so it yields until they end.
+    #[test]
+    fn a_caller_waiting_past_its_spins_still_sees_every_task() {
+        let sum = AtomicUsize::new(0);
+        run(4, &|i| {
+            thread::sleep(Duration::from_millis(5));
+            sum.fetch_add(i, Relaxed);
+        });
+        assert_eq!(sum.load(Relaxed), 6);
     }
 
     #[test]
