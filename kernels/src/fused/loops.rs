@@ -42,9 +42,11 @@ pub(super) fn span(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Pa
 fn pairs<M: MulAdd>(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
     let d = kv.key_dim;
     let mut parts = Vec::with_capacity(kv.batch * kv.heads);
+    // The float16 window's chunks, converted: one buffer for the whole span.
+    let mut window = Vec::new();
     for pair in 0..kv.batch * kv.heads {
         let q = &q[pair * rep * d..(pair + 1) * rep * d];
-        parts.push(head::<M>(kv, pair, q, rep, span));
+        parts.push(head::<M>(kv, pair, q, rep, span, &mut window));
     }
     parts
 }
@@ -77,9 +79,16 @@ impl MulAdd for Separate {
 }
 
 /// Attention of `rep` query rows `q` (`[rep, D]`) over pair `index`'s tokens in `span`:
-/// its quantized tokens, then its window tokens.
+/// its quantized tokens, then its window tokens (a float16 window converted in `window`).
 #[inline(always)]
-fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &Span) -> Partial {
+fn head<M: MulAdd>(
+    kv: &Parts<'_>,
+    index: usize,
+    q: &[f32],
+    rep: usize,
+    span: &Span,
+    window: &mut Vec<f32>,
+) -> Partial {
     let (d, dv) = (kv.key_dim, kv.value_dim);
     let quantized = span.tokens.len();
     let total = quantized + span.window.len();
@@ -97,7 +106,7 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
     for (at, chunk) in window_chunks(span) {
         let keys = kv
             .residual_keys
-            .get((first + at) * d..(first + at + chunk) * d);
+            .get_in((first + at) * d..(first + at + chunk) * d, window);
         for (r, qr) in q.chunks_exact(d).enumerate() {
             let row = &mut scores[r * total + quantized + at..][..chunk];
             for (s, key) in row.iter_mut().zip(keys.chunks_exact(d)) {
@@ -120,7 +129,7 @@ fn head<M: MulAdd>(kv: &Parts<'_>, index: usize, q: &[f32], rep: usize, span: &S
     for (at, chunk) in window_chunks(span) {
         let values = kv
             .residual_values
-            .get((first + at) * dv..(first + at + chunk) * dv);
+            .get_in((first + at) * dv..(first + at + chunk) * dv, window);
         for (r, out) in out.chunks_exact_mut(dv).enumerate() {
             let weights = &scores[r * total + quantized + at..][..chunk];
             for (&w, value) in weights.iter().zip(values.chunks_exact(dv)) {
