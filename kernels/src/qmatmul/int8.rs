@@ -64,13 +64,44 @@ const OUTLIER_RMS: f32 = 6.0;
 
 /// The indices of row `x`'s outliers, largest first.
 fn outliers(x: &[f32]) -> Vec<usize> {
-    let rms = (x.iter().map(|v| v * v).sum::<f32>() / x.len().max(1) as f32).sqrt();
-    let mut big: Vec<usize> = (0..x.len())
-        .filter(|&i| x[i].abs() > OUTLIER_RMS * rms)
-        .collect();
+    let rms = (sum_of_squares(x) / x.len().max(1) as f32).sqrt();
+    let limit = OUTLIER_RMS * rms;
+    let mut big: Vec<usize> = (0..x.len()).filter(|&i| x[i].abs() > limit).collect();
     big.sort_by(|&a, &b| x[b].abs().total_cmp(&x[a].abs()));
     big.truncate(OUTLIERS);
     big
+}
+
+/// Lanes of the block loops below: fixed-width partial results, which the compiler turns
+/// into vector instructions (a single running sum or maximum is a chain it must keep).
+const LANES: usize = 8;
+
+/// `sum x^2` in [`LANES`] partial sums.
+fn sum_of_squares(x: &[f32]) -> f32 {
+    let mut lanes = [0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v * v;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// A block's largest magnitude, or `None` when it holds a value that is not finite.
+fn block_amax(xb: &[f32; BLOCK]) -> Option<f32> {
+    let (mut amax, mut finite) = ([0f32; LANES], [true; LANES]);
+    for c in xb.chunks_exact(LANES) {
+        for l in 0..LANES {
+            amax[l] = amax[l].max(c[l].abs());
+            finite[l] &= c[l].is_finite();
+        }
+    }
+    finite
+        .iter()
+        .all(|&f| f)
+        .then(|| amax.iter().fold(0f32, |a, &v| a.max(v)))
 }
 
 /// Code `i` of a block of [`BLOCK`] at `bits` sits at this position of the reordered block.
@@ -92,7 +123,9 @@ impl Int8Rows {
         let mut rest = x.to_vec();
         let mut kept = Vec::new();
         for row in rest.chunks_exact_mut(cols) {
-            let found: Vec<(usize, f32)> = if row.iter().all(|v| v.is_finite()) {
+            // A fold, not `all`: without the early exit the check vectorizes.
+            let finite = row.iter().fold(true, |f, v| f & v.is_finite());
+            let found: Vec<(usize, f32)> = if finite {
                 outliers(row).into_iter().map(|i| (i, row[i])).collect()
             } else {
                 Vec::new()
@@ -103,22 +136,26 @@ impl Int8Rows {
             kept.push(found);
         }
         for (xb, qb) in rest.chunks_exact(BLOCK).zip(q.chunks_exact_mut(BLOCK)) {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            if xb.iter().any(|v| !v.is_finite()) {
+            let xb: &[f32; BLOCK] = xb.try_into().expect("chunks of BLOCK");
+            let Some(amax) = block_amax(xb) else {
                 d.push(f32::NAN);
                 qsum128.push(0);
                 continue;
-            }
+            };
             let step = amax / 127.0;
             let inv = if step > 0.0 { 1.0 / step } else { 0.0 };
-            let mut sum = 0i32;
-            for (i, v) in xb.iter().enumerate() {
+            // In the inputs' order first, so that the arithmetic vectorizes, then moved to
+            // the codes' order.
+            let mut codes = [0i8; BLOCK];
+            for (c, v) in codes.iter_mut().zip(xb) {
                 // Half away from zero, as `f32::round`, without its libm call; |v * inv|
                 // <= 127 up to rounding, and the cast saturates.
                 let r = v * inv;
-                let c = (r + 0.5f32.copysign(r)) as i8;
+                *c = (r + 0.5f32.copysign(r)) as i8;
+            }
+            let sum: i32 = codes.iter().map(|&c| i32::from(c)).sum();
+            for (i, &c) in codes.iter().enumerate() {
                 qb[position(i, bits)] = c;
-                sum += i32::from(c);
             }
             d.push(step);
             qsum128.push(128 * sum);
