@@ -92,7 +92,7 @@ impl Decoder {
 /// A step built ahead and never read is still being computed when the caller stops; it
 /// is waited for here, so that no evaluation outlives the decoder. One left running at
 /// process exit raced MLX's static destructors (a heap corruption in about one exit in
-/// five, seen in `decode_loop`'s tests run one per process).
+/// four, seen in `decode_loop`'s tests run one per process).
 impl Drop for Decoder {
     fn drop(&mut self) {
         if let Some(pending) = self.pending.take() {
