@@ -17,7 +17,12 @@
 
 use super::span::{Partial, Span};
 use super::view::{Parts, QuantizedHead};
-use crate::host::softmax::exp_in_place;
+#[cfg(target_arch = "x86_64")]
+use crate::host::lanes::Fused;
+use crate::host::{
+    lanes::{dot, MulAdd, Separate},
+    softmax::exp_in_place,
+};
 
 /// Attention of the pre-scaled queries `q` (`[pairs, rep, D]`, query heads grouped by
 /// their KV head) over the tokens of `span`, for every (batch, KV head) pair.
@@ -49,33 +54,6 @@ fn pairs<M: MulAdd>(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<P
         parts.push(head::<M>(kv, pair, q, rep, span, &mut window));
     }
     parts
-}
-
-/// `a * b + c`, rounded once ([`Fused`], where the CPU has FMA) or twice ([`Separate`]:
-/// `mul_add` without FMA hardware is a slow library call).
-trait MulAdd {
-    fn mul_add(a: f32, b: f32, c: f32) -> f32;
-}
-
-/// One fused multiply-add instruction; only inside functions compiled with FMA enabled.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-struct Fused;
-
-impl MulAdd for Fused {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a.mul_add(b, c)
-    }
-}
-
-/// A multiply, then an add.
-struct Separate;
-
-impl MulAdd for Separate {
-    #[inline(always)]
-    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
-        a * b + c
-    }
 }
 
 /// Attention of `rep` query rows `q` (`[rep, D]`) over pair `index`'s tokens in `span`:
@@ -170,29 +148,6 @@ fn centred<const BITS: u32>(scales: Vec<f32>, mut zeros: Vec<f32>) -> (Vec<f32>,
         *z = centred_zero::<BITS>(s, *z);
     }
     (scales, zeros)
-}
-
-/// Partial sums kept by [`dot`]: one AVX register of floats.
-const LANES: usize = 8;
-
-/// `sum_i a_i * b_i`, in [`LANES`] partial sums: one running total would be a chain of
-/// dependent additions that the compiler cannot vectorize.
-#[inline(always)]
-fn dot<M: MulAdd>(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; LANES];
-    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for ((l, &x), &y) in lanes.iter_mut().zip(x).zip(y) {
-            *l = M::mul_add(x, y, *l);
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// The `PW = 32 / BITS` codes of a word, lowest bits first, centred (`code - mid`): a

@@ -10,6 +10,7 @@
 //!   long prefill;
 //! - [`attention`]: float32 attention over keys and values held as host slices (several
 //!   segments, token- or channel-major), causal within a chunk, grouped-query heads;
+//! - [`lanes`]: float sums in fixed-width lanes, with a fused or separate multiply-add;
 //! - [`dequantize`]: a packed KIVI tensor back in float32, for the attention of a chunk;
 //! - [`buffers`]: MLX arrays read as host slices (evaluated, contiguous, float16 read as
 //!   float32);
@@ -23,6 +24,7 @@ pub mod attention;
 pub mod blas;
 pub mod buffers;
 pub mod dequantize;
+pub(crate) mod lanes;
 pub mod openblas;
 pub mod softmax;
 pub mod team;

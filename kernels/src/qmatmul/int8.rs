@@ -26,6 +26,7 @@
 //! eight bytes into four bit planes (codes `4b + p`), and 8-bit codes are in order.
 
 use super::QuantMatrix;
+use crate::host::lanes::{dot, Separate, LANES};
 
 /// Activations sharing one int8 scale.
 pub const BLOCK: usize = 32;
@@ -64,29 +65,12 @@ const OUTLIER_RMS: f32 = 6.0;
 
 /// The indices of row `x`'s outliers, largest first.
 fn outliers(x: &[f32]) -> Vec<usize> {
-    let rms = (sum_of_squares(x) / x.len().max(1) as f32).sqrt();
+    let rms = (dot::<Separate>(x, x) / x.len().max(1) as f32).sqrt();
     let limit = OUTLIER_RMS * rms;
     let mut big: Vec<usize> = (0..x.len()).filter(|&i| x[i].abs() > limit).collect();
     big.sort_by(|&a, &b| x[b].abs().total_cmp(&x[a].abs()));
     big.truncate(OUTLIERS);
     big
-}
-
-/// Lanes of the block loops below: fixed-width partial results, which the compiler turns
-/// into vector instructions (a single running sum or maximum is a chain it must keep).
-const LANES: usize = 8;
-
-/// `sum x^2` in [`LANES`] partial sums.
-fn sum_of_squares(x: &[f32]) -> f32 {
-    let mut lanes = [0f32; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let tail: f32 = chunks.remainder().iter().map(|v| v * v).sum();
-    for c in chunks {
-        for (l, v) in lanes.iter_mut().zip(c) {
-            *l += v * v;
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// A block's largest magnitude, or `None` when it holds a value that is not finite.
