@@ -118,47 +118,142 @@ pub fn qmatmul(
     out: &mut [f32],
     activations: Activations,
 ) -> Result<(), KernelError> {
-    w.check()?;
-    if x.len() != m * w.cols || out.len() != m * w.rows {
-        return Err(KernelError::Shape(format!(
-            "inputs of {} floats and outputs of {} for {m} rows of a {}x{} matrix",
-            x.len(),
-            out.len(),
-            w.rows,
-            w.cols
-        )));
+    products(x, m, std::slice::from_ref(w), out, activations)
+}
+
+/// `x @ W_k^T` for every matrix `ws[k]`, all over the same input rows `x` (`[m, cols]`):
+/// `[m, rows_k]` each.
+///
+/// Why not one [`qmatmul`] each: a block's query, key and value projections (and its gate
+/// and up projections) read the same input. Here it is quantized once per bit width and
+/// group size, and the rows of all the matrices are shared out in one section of the
+/// team, so that a decode step hands work to its threads and waits for them once per
+/// input instead of once per matrix. The results are those of [`qmatmul`].
+pub fn qmatmul_many(
+    x: &[f32],
+    m: usize,
+    ws: &[QuantMatrix<'_>],
+    activations: Activations,
+) -> Result<Vec<Vec<f32>>, KernelError> {
+    let total: usize = ws.iter().map(|w| w.rows).sum();
+    let mut all = vec![0f32; m * total];
+    products(x, m, ws, &mut all, activations)?;
+    let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| Vec::with_capacity(m * w.rows)).collect();
+    for row in all.chunks_exact(total.max(1)).take(m) {
+        let mut rest = row;
+        for (out, w) in outs.iter_mut().zip(ws) {
+            let (mine, after) = rest.split_at(w.rows);
+            out.extend_from_slice(mine);
+            rest = after;
+        }
     }
-    let groups = w.cols / w.group;
-    let int8 = (activations == Activations::Int8 && int8::supports(w.bits, w.group))
-        .then(|| int8::Int8Rows::new(x, w.cols, w.bits));
-    // Per input row, the sum of each group of inputs (of the quantized ones over int8
-    // inputs): the bias term's factor.
-    let xsums: Vec<f32> = match &int8 {
-        Some(x8) => x8.group_sums(w.group),
-        None => x
-            .chunks_exact(w.group)
-            .map(|g| g.iter().sum::<f32>())
-            .collect(),
-    };
-    // Rows of `W` in blocks across the team's threads: a decode step's products are one
-    // input row, so the output features are what there is to share. Several blocks per
-    // thread, so that a helper that starts late leaves the caller less to wait for.
-    // Tiny matrices stay on the calling thread, where even the team's hand-off would cost
-    // more than the work.
-    let block = if w.rows * w.cols >= PARALLEL_MIN_WEIGHTS {
-        w.rows
+    Ok(outs)
+}
+
+/// One input's form for the matrices of one bit width and group size: its int8 rows (when
+/// those matrices take int8 inputs) and the sums of its groups (the bias term's factors).
+struct Input {
+    bits: u32,
+    group: usize,
+    int8: Option<int8::Int8Rows>,
+    xsums: Vec<f32>,
+}
+
+impl Input {
+    fn new(x: &[f32], w: &QuantMatrix<'_>, activations: Activations) -> Self {
+        let int8 = (activations == Activations::Int8 && int8::supports(w.bits, w.group))
+            .then(|| int8::Int8Rows::new(x, w.cols, w.bits));
+        // Per input row, the sum of each group of inputs (of the quantized ones over int8
+        // inputs).
+        let xsums: Vec<f32> = match &int8 {
+            Some(x8) => x8.group_sums(w.group),
+            None => x
+                .chunks_exact(w.group)
+                .map(|g| g.iter().sum::<f32>())
+                .collect(),
+        };
+        Self {
+            bits: w.bits,
+            group: w.group,
+            int8,
+            xsums,
+        }
+    }
+}
+
+/// `out` (`[m, sum_k rows_k]`, each input row's outputs of `ws[0]`, then `ws[1]`, ...) =
+/// `x @ W_k^T` for every matrix.
+fn products(
+    x: &[f32],
+    m: usize,
+    ws: &[QuantMatrix<'_>],
+    out: &mut [f32],
+    activations: Activations,
+) -> Result<(), KernelError> {
+    let cols = ws.first().map_or(0, |w| w.cols);
+    let total: usize = ws.iter().map(|w| w.rows).sum();
+    for w in ws {
+        w.check()?;
+        if x.len() != m * w.cols || out.len() != m * total {
+            return Err(KernelError::Shape(format!(
+                "inputs of {} floats and outputs of {} for {m} rows of a {}x{} matrix",
+                x.len(),
+                out.len(),
+                w.rows,
+                w.cols
+            )));
+        }
+    }
+    // One input per (bits, group), which the matrices of that kind share.
+    let mut inputs: Vec<Input> = Vec::new();
+    let mut input_of = Vec::with_capacity(ws.len());
+    for w in ws {
+        let at = inputs
+            .iter()
+            .position(|i| (i.bits, i.group) == (w.bits, w.group));
+        input_of.push(at.unwrap_or_else(|| {
+            inputs.push(Input::new(x, w, activations));
+            inputs.len() - 1
+        }));
+    }
+    let firsts: Vec<usize> = ws
+        .iter()
+        .scan(0, |at, w| {
+            *at += w.rows;
+            Some(*at - w.rows)
+        })
+        .collect();
+    // Rows in blocks across the team's threads: a decode step's products are one input
+    // row, so the output features are what there is to share. Several blocks per thread,
+    // so that a helper that starts late leaves the caller less to wait for. Tiny products
+    // stay on the calling thread, where even the team's hand-off would cost more than the
+    // work. A block may span two matrices.
+    let block = if total * cols >= PARALLEL_MIN_WEIGHTS {
+        total
             .div_ceil(team::threads() * BLOCKS_PER_THREAD)
             .next_multiple_of(ROW_ALIGN)
     } else {
-        w.rows
+        total
     };
     for r in 0..m {
-        let xr = &x[r * w.cols..(r + 1) * w.cols];
-        let xs = &xsums[r * groups..(r + 1) * groups];
-        let out_row = &mut out[r * w.rows..(r + 1) * w.rows];
-        team::for_chunks_mut(out_row, block, |i, chunk| match &int8 {
-            Some(x8) => int8::output_rows(w, x8, xs, r, i * block, chunk),
-            None => output_rows(w, xr, xs, i * block, chunk),
+        let xr = &x[r * cols..(r + 1) * cols];
+        let out_row = &mut out[r * total..(r + 1) * total];
+        team::for_chunks_mut(out_row, block, |i, chunk| {
+            let (start, end) = (i * block, i * block + chunk.len());
+            for ((w, &first), &input) in ws.iter().zip(&firsts).zip(&input_of) {
+                let (from, to) = (start.max(first), end.min(first + w.rows));
+                if from >= to {
+                    continue;
+                }
+                let input = &inputs[input];
+                let groups = w.cols / w.group;
+                let xs = &input.xsums[r * groups..(r + 1) * groups];
+                let part = &mut chunk[from - start..to - start];
+                match &input.int8 {
+                    Some(x8) => int8::output_rows(w, x8, xs, r, from - first, part),
+                    None => output_rows(w, xr, xs, from - first, part),
+                }
+            }
         });
     }
     Ok(())
@@ -508,6 +603,57 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Matrices over one input, multiplied together, give each one's own product exactly,
+    /// with mixed bit widths and group sizes (inputs quantized once per kind), one and two
+    /// input rows, and row blocks that span two matrices.
+    #[test]
+    fn several_matrices_over_one_input_equal_their_own_products() {
+        let cols = 256;
+        let kinds = [
+            (576, 4, 32),
+            (192, 4, 32),
+            (200, 8, 64),
+            (37, 2, 128),
+            (1500, 4, 32),
+        ];
+        let data: Vec<_> = kinds
+            .iter()
+            .map(|&(rows, bits, group)| matrix(rows, cols, bits, group))
+            .collect();
+        let ws: Vec<QuantMatrix<'_>> = kinds
+            .iter()
+            .zip(&data)
+            .map(
+                |(&(rows, bits, group), (packed, scales, biases, _))| QuantMatrix {
+                    packed,
+                    scales,
+                    biases,
+                    rows,
+                    cols,
+                    bits,
+                    group,
+                },
+            )
+            .collect();
+        let mut rng = crate::testdata::XorShift::new(11);
+        for m in [1, 2] {
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
+            for activations in [Activations::Float, Activations::Int8] {
+                for take in [1, 2, 3, ws.len()] {
+                    let many = qmatmul_many(&x, m, &ws[..take], activations).unwrap();
+                    assert_eq!(many.len(), take);
+                    for (w, got) in ws.iter().zip(&many) {
+                        let mut want = vec![0f32; m * w.rows];
+                        qmatmul(&x, m, w, &mut want, activations).unwrap();
+                        assert_eq!(got, &want, "{activations:?}, {take} matrices, m = {m}");
+                    }
+                }
+            }
+        }
+        let other = QuantMatrix { cols: 128, ..ws[0] };
+        assert!(qmatmul_many(&vec![0.0; cols], 1, &[ws[0], other], Activations::Float).is_err());
     }
 
     /// Rows dequantized one by one equal the seeded dense matrix; a product large enough to

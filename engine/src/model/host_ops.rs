@@ -24,9 +24,9 @@ use kivi_kernels::{
 };
 use mlx_rs::{Array, Dtype};
 
-use super::layers::{Embedding, Matrix, RmsNorm};
+use super::layers::{Embedding, Linear, Matrix, RmsNorm};
 use super::mlx_ops::MlxOps;
-use super::ops::{Ops, Tokens};
+use super::ops::{each_linear, Ops, Tokens};
 use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
@@ -56,6 +56,20 @@ impl<'a> HostOps<'a> {
             ..self
         }
     }
+}
+
+/// `y` plus the layer's bias, if it has one, on every row.
+fn with_bias(mut y: HostRows, bias: Option<&Array>) -> Result<HostRows, ModelError> {
+    if let Some(b) = bias {
+        let b = readable::<f32>(b)?;
+        let b = host_floats(&b)?;
+        for row in y.data.chunks_exact_mut(b.len()) {
+            for (v, add) in row.iter_mut().zip(b) {
+                *v += add;
+            }
+        }
+    }
+    Ok(y)
 }
 
 /// `[rows, width]`, row-major.
@@ -247,7 +261,7 @@ impl Ops for HostOps<'_> {
         bias: Option<&Array>,
         x: &HostRows,
     ) -> Result<HostRows, ModelError> {
-        let mut y = match HostMatrix::of(weight) {
+        let y = match HostMatrix::of(weight) {
             Some(w) => HostRows {
                 data: w.apply(&x.data, x.rows, self.activations)?,
                 rows: x.rows,
@@ -257,16 +271,36 @@ impl Ops for HostOps<'_> {
                 return self.rows_of(&self.mlx.linear(weight, bias, &x)?);
             }
         };
-        if let Some(b) = bias {
-            let b = readable::<f32>(b)?;
-            let b = host_floats(&b)?;
-            for row in y.data.chunks_exact_mut(b.len()) {
-                for (v, add) in row.iter_mut().zip(b) {
-                    *v += add;
-                }
-            }
+        with_bias(y, bias)
+    }
+
+    /// Quantized layers over one input run as one product ([`qmatmul::qmatmul_many`]: the
+    /// input quantized once, one hand-off to the threads); any other layer, one by one.
+    fn linears<const N: usize>(
+        &self,
+        layers: [&Linear; N],
+        x: &HostRows,
+    ) -> Result<[HostRows; N], ModelError> {
+        let quantized: Option<Vec<QuantMatrix<'_>>> = layers
+            .iter()
+            .map(|l| match HostMatrix::of(&l.weight) {
+                Some(HostMatrix::Quantized(w)) => Some(w),
+                _ => None,
+            })
+            .collect();
+        let Some(ws) = quantized else {
+            return each_linear(self, layers, x);
+        };
+        let outs = qmatmul::qmatmul_many(&x.data, x.rows, &ws, self.activations)
+            .map_err(|e| ModelError::Host(e.to_string()))?;
+        let mut ys = Vec::with_capacity(N);
+        for (data, layer) in outs.into_iter().zip(layers) {
+            let y = HostRows { data, rows: x.rows };
+            ys.push(with_bias(y, layer.bias.as_ref())?);
         }
-        Ok(y)
+        Ok(ys
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one output per layer")))
     }
 
     fn rms_norm(&self, norm: &RmsNorm, x: &HostRows) -> Result<HostRows, ModelError> {

@@ -64,9 +64,10 @@ impl Attention {
         cache: &mut dyn KvCache,
     ) -> Result<O::Rows, ModelError> {
         let offset = cache.len();
-        let q = o.split_heads(linear(o, &self.q_proj, x)?, self.n_heads)?;
-        let k = o.split_heads(linear(o, &self.k_proj, x)?, self.n_kv_heads)?;
-        let v = o.split_heads(linear(o, &self.v_proj, x)?, self.n_kv_heads)?;
+        let [q, k, v] = o.linears([&self.q_proj, &self.k_proj, &self.v_proj], x)?;
+        let q = o.split_heads(q, self.n_heads)?;
+        let k = o.split_heads(k, self.n_kv_heads)?;
+        let v = o.split_heads(v, self.n_kv_heads)?;
         let q = o.rope(rope, q, offset)?;
         let k = o.rope(rope, k, offset)?;
         let out = o.attend(cache, q, k, v, self.scale)?;
@@ -91,8 +92,7 @@ impl Mlp {
     }
 
     fn forward<O: Ops>(&self, o: &O, x: &O::Rows) -> Result<O::Rows, ModelError> {
-        let gate = linear(o, &self.gate_proj, x)?;
-        let up = linear(o, &self.up_proj, x)?;
+        let [gate, up] = o.linears([&self.gate_proj, &self.up_proj], x)?;
         linear(o, &self.down_proj, &o.silu_times(gate, &up)?)
     }
 }

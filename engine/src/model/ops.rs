@@ -12,7 +12,7 @@
 
 use mlx_rs::Array;
 
-use super::layers::{Embedding, Matrix, RmsNorm};
+use super::layers::{Embedding, Linear, Matrix, RmsNorm};
 use super::rope::Rope;
 use crate::cache::KvCache;
 use crate::error::ModelError;
@@ -61,6 +61,17 @@ pub(super) trait Ops {
         x: &Self::Rows,
     ) -> Result<Self::Rows, ModelError>;
 
+    /// `x W_k^T + b_k` for linear layers that read the same input (a block's query, key
+    /// and value projections; its gate and up projections), in order. The default runs
+    /// them one by one; an implementation may share work among them.
+    fn linears<const N: usize>(
+        &self,
+        layers: [&Linear; N],
+        x: &Self::Rows,
+    ) -> Result<[Self::Rows; N], ModelError> {
+        each_linear(self, layers, x)
+    }
+
     /// RMS normalization of each row, times the gain.
     fn rms_norm(&self, norm: &RmsNorm, x: &Self::Rows) -> Result<Self::Rows, ModelError>;
 
@@ -98,4 +109,19 @@ pub(super) trait Ops {
 
     /// Checks rows between blocks (named by `what`) against the GPU-stream rules.
     fn check(&self, x: &Self::Rows, what: &dyn Fn() -> String) -> Result<(), ModelError>;
+}
+
+/// [`Ops::linears`] one layer at a time.
+pub(super) fn each_linear<O: Ops + ?Sized, const N: usize>(
+    o: &O,
+    layers: [&Linear; N],
+    x: &O::Rows,
+) -> Result<[O::Rows; N], ModelError> {
+    let mut out = Vec::with_capacity(N);
+    for layer in layers {
+        out.push(o.linear(&layer.weight, layer.bias.as_ref(), x)?);
+    }
+    Ok(out
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one output per layer")))
 }
