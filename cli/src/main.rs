@@ -37,7 +37,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     // SAFETY: the first statement of main: no other thread exists yet.
-    unsafe { kivi_engine::backend::openblas::select_core() };
+    unsafe { kivi_engine::backend::openblas::prepare() };
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

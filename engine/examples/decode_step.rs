@@ -66,7 +66,7 @@ fn env_usize(name: &str, default: usize) -> usize {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // SAFETY: the first statement of main: no other thread exists yet.
-    unsafe { kivi_engine::backend::openblas::select_core() };
+    unsafe { kivi_engine::backend::openblas::prepare() };
     let mut args = std::env::args().skip(1);
     let model = args
         .next()

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 pub use kivi_kernels::qmatmul::Activations;
 pub use kivi_kernels::Kernels;
 
-/// OpenBLAS's kernel choice, for executables to correct first thing in `main`
-/// ([`openblas::select_core`]).
+/// OpenBLAS's kernel choice and thread spin, for executables to correct first thing in
+/// `main` ([`openblas::prepare`]).
 pub use kivi_kernels::host::openblas;
 
 /// The environment variable [`Backend::chosen`] reads.

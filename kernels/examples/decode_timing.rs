@@ -36,7 +36,7 @@ fn segment(data: &[f32], t: usize) -> host::attention::Segment<'_> {
 
 fn main() {
     // SAFETY: the first statement of main: no other thread exists yet.
-    unsafe { host::openblas::select_core() };
+    unsafe { host::openblas::prepare() };
     let tokens: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())

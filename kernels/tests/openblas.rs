@@ -1,6 +1,7 @@
 //! OpenBLAS's kernels chosen again at start-up ([`kivi_kernels::host::openblas`]): the
-//! change happens where OpenBLAS fell back to pre-AVX2 code on a CPU with AVX2, and
-//! products computed afterwards (ours and MLX's) are still right. One test in its own
+//! change happens where OpenBLAS fell back to pre-AVX2 code on a CPU with AVX2, its
+//! threads are restarted with a shorter spin, and products computed afterwards (ours and
+//! MLX's, threaded ones among them) are still right. One test in its own
 //! binary, because the choice may only be made before any other thread uses BLAS.
 
 use kivi_kernels::{
@@ -36,7 +37,7 @@ fn assert_close(got: &[f32], want: &[f64], what: &str) {
 }
 
 #[test]
-fn kernels_chosen_again_from_the_cpu_still_multiply_correctly() {
+fn kernels_chosen_again_and_threads_restarted_still_multiply_correctly() {
     let before = openblas::core();
     // SAFETY: the first BLAS use of this process, on its only test thread.
     let change = unsafe { openblas::select_core() };
@@ -61,10 +62,26 @@ fn kernels_chosen_again_from_the_cpu_still_multiply_correctly() {
         assert_eq!(Some(&change.to), after.as_ref());
         assert_ne!(change.from, change.to);
     }
+    let user_spin = std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_some();
+    // SAFETY: as above; no BLAS call has run yet.
+    let shortened = unsafe { openblas::shorten_thread_spin() };
+    if before.is_some() && !user_spin {
+        assert!(shortened, "OpenBLAS without its thread functions?");
+        assert_eq!(openblas::thread_spin_log2(), Some(22));
+    } else {
+        assert!(!shortened);
+    }
 
     let mut rng = XorShift::new(5);
-    // A decode-sized product, one that OpenBLAS blocks and packs, and odd sizes.
-    for (m, k, n) in [(1, 64, 4096), (3, 64, 700), (300, 200, 150), (129, 577, 33)] {
+    // A decode-sized product, one that OpenBLAS blocks and packs, odd sizes, and one it
+    // shares among its threads.
+    for (m, k, n) in [
+        (1, 64, 4096),
+        (3, 64, 700),
+        (300, 200, 150),
+        (129, 577, 33),
+        (512, 512, 512),
+    ] {
         let a = rng.normals(m * k);
         let b = rng.normals(k * n);
         let want = product(&a, &b, m, k, n);

@@ -84,7 +84,7 @@ fn builtin_model(app: &tauri::App) -> PathBuf {
 
 fn main() -> anyhow::Result<()> {
     // SAFETY: the first statement of main: no other thread exists yet.
-    unsafe { kivi_engine::backend::openblas::select_core() };
+    unsafe { kivi_engine::backend::openblas::prepare() };
     let app = tauri::Builder::default()
         // Dialogs are driven from Rust only: the webview has no dialog permission.
         .plugin(tauri_plugin_dialog::init())

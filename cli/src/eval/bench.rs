@@ -14,12 +14,13 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use kivi_engine::backend::Backend;
-use kivi_engine::cache::{CacheConfig, LayerKvStats};
+use kivi_engine::cache::{CacheConfig, KvCache, LayerKvStats};
 use kivi_engine::decode::Decoder;
-use kivi_engine::eval::{decode_step, greedy_token, prefill};
+use kivi_engine::eval::prefill;
 use kivi_engine::loader::LoadedModel;
 use kivi_engine::sampling::{Sampler, SamplingParams};
 use kivi_engine::stats::KvStats;
+use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
 
 use super::corpus;
@@ -62,6 +63,26 @@ pub struct Sample {
     pub peak_rss_bytes: u64,
 }
 
+/// Greedy decoding with the engine's own loop (the sampler on the device; on the MLX
+/// backends each step built before the previous token is read): `tokens` steps fed after
+/// `context`, whose next-token logits are `logits`, and the token after the last one read.
+fn decode(
+    loaded: &LoadedModel,
+    caches: &mut [Box<dyn KvCache>],
+    logits: &Array,
+    mut context: Vec<u32>,
+    tokens: usize,
+) -> Result<()> {
+    let sampler = Sampler::new(SamplingParams::greedy())?;
+    let mut decoder = Decoder::new(&loaded.model, sampler, logits, &context)?;
+    for step in 0..=tokens {
+        let more = step < tokens;
+        let token = decoder.next_token(&loaded.model, caches, &context, more)?;
+        context.push(token);
+    }
+    Ok(())
+}
+
 /// Runs one measurement in this process (the `bench-worker` child).
 pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sample> {
     if plan.decode_tokens == 0 || plan.context <= plan.decode_tokens {
@@ -75,35 +96,28 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
     let prompt_len = plan.context - plan.decode_tokens;
     let prompt = corpus::leading_tokens(&loaded.tokenizer, text, prompt_len)?;
     let layers = loaded.model.config().num_layers;
-    // Warm-up on throwaway caches of the same kind: MLX's first operations, page faults
-    // on the weights and thread start-up are not what is measured.
+    // Warm-up on throwaway caches of the same kind, through the same decode loop: MLX's
+    // first operations (the sampler's among them), page faults on the weights and thread
+    // start-up are not what is measured.
     {
         let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
-        let logits = prefill(
-            &loaded.model,
-            &mut caches,
-            &prompt[..16.min(prompt_len)],
-            16,
-        )?;
-        decode_step(&loaded.model, &mut caches, greedy_token(&logits)?)?;
+        let warm = &prompt[..16.min(prompt_len)];
+        let logits = prefill(&loaded.model, &mut caches, warm, 16)?;
+        decode(loaded, &mut caches, &logits, warm.to_vec(), 2)?;
     }
     let rss_after_load_bytes = current_resident_bytes();
     let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
     let began = Instant::now();
     let logits = prefill(&loaded.model, &mut caches, &prompt, plan.prefill_chunk)?;
     let prefill_secs = began.elapsed().as_secs_f64();
-    // The engine's own decode loop (the sampler on the device; on the MLX backends each
-    // step built before the previous token is read): `decode_tokens` steps fed, and the
-    // token after the last one read.
     let began = Instant::now();
-    let sampler = Sampler::new(SamplingParams::greedy())?;
-    let mut context = prompt.clone();
-    let mut decoder = Decoder::new(&loaded.model, sampler, &logits, &context)?;
-    for step in 0..=plan.decode_tokens {
-        let more = step < plan.decode_tokens;
-        let token = decoder.next_token(&loaded.model, &mut caches, &context, more)?;
-        context.push(token);
-    }
+    decode(
+        loaded,
+        &mut caches,
+        &logits,
+        prompt.clone(),
+        plan.decode_tokens,
+    )?;
     let decode_secs = began.elapsed().as_secs_f64();
     let kv = KvStats::from_caches(&caches).total;
     Ok(Sample {

@@ -1,4 +1,5 @@
-//! OpenBLAS's kernel choice, corrected where it fell back to SSE3 code on a newer CPU.
+//! OpenBLAS's kernel choice, corrected where it fell back to SSE3 code on a newer CPU, and
+//! its threads' spinning, cut short ([`prepare`] does both, first thing in `main`).
 //!
 //! A `DYNAMIC_ARCH` OpenBLAS (Debian's) picks its kernels once, when the library loads,
 //! from the CPU's family and model numbers. A CPU newer than the build gets its generic
@@ -122,4 +123,73 @@ pub unsafe fn select_core() -> Option<CoreChange> {
         from,
         to: core().unwrap_or_else(|| to.to_string()),
     })
+}
+
+/// OpenBLAS's threads wait for work after a product by spinning (each turn a
+/// `sched_yield`) for `2^SPIN_LOG2` CPU cycles before they sleep. Its default, 2^28 (about
+/// 0.1 s), kept both cores busy after every prompt: the first three to five decode steps
+/// after a 512-token prefill took 20-23 ms against 7.5-8 ms for the rest (`kivi bench
+/// --contexts 512 --decode-tokens 32`, K4V4, per-step times), because the decode step's
+/// own threads shared the two cores with OpenBLAS's spinners, 60 ms lost per reply. 2^22
+/// cycles (1-2 ms) still covers the gaps between the products of one prompt chunk.
+const SPIN_LOG2: u32 = 22;
+
+/// Makes OpenBLAS's threads spin for `2^`[`SPIN_LOG2`] cycles after a product instead of
+/// its default 2^28, unless the user set `OPENBLAS_THREAD_TIMEOUT`; true when it did.
+///
+/// OpenBLAS reads that variable when it loads and applies it when it starts its threads,
+/// which it does when it loads; so the variable is set, read again
+/// (`openblas_read_env`), and the threads are stopped (`blas_thread_shutdown_`, as OpenBLAS
+/// does before a `fork`) and started again (`blas_thread_init`). Nothing happens where
+/// the process has no OpenBLAS or one without these functions.
+///
+/// # Safety
+/// As [`select_core`]: at the start of `main`, before any other thread uses BLAS or reads
+/// the environment.
+pub unsafe fn shorten_thread_spin() -> bool {
+    if std::env::var_os("OPENBLAS_THREAD_TIMEOUT").is_some() {
+        return false;
+    }
+    let (Some(read_env), Some(stop), Some(start)) = (
+        symbol(c"openblas_read_env"),
+        symbol(c"blas_thread_shutdown_"),
+        symbol(c"blas_thread_init"),
+    ) else {
+        return false;
+    };
+    type Void = unsafe extern "C" fn();
+    type Status = unsafe extern "C" fn() -> i32;
+    std::env::set_var("OPENBLAS_THREAD_TIMEOUT", SPIN_LOG2.to_string());
+    // SAFETY: OpenBLAS's `void openblas_read_env(void)`, `int blas_thread_shutdown_(void)`
+    // and `int blas_thread_init(void)`; no BLAS call is running (the caller's promise), so
+    // the threads being stopped and started are idle.
+    unsafe {
+        std::mem::transmute::<*mut c_void, Void>(read_env)();
+        std::mem::transmute::<*mut c_void, Status>(stop)();
+        std::mem::transmute::<*mut c_void, Status>(start)();
+    }
+    true
+}
+
+/// The thread spin OpenBLAS will apply (`2^n` cycles), as it read it from the
+/// environment; `None` without OpenBLAS, `Some(0)` for its built-in default.
+pub fn thread_spin_log2() -> Option<i32> {
+    type Get = unsafe extern "C" fn() -> i32;
+    let address = symbol(c"openblas_thread_timeout")?;
+    // SAFETY: OpenBLAS's `int openblas_thread_timeout(void)`, a read of a static.
+    Some(unsafe { std::mem::transmute::<*mut c_void, Get>(address)() })
+}
+
+/// Everything this module corrects in OpenBLAS: [`select_core`], then
+/// [`shorten_thread_spin`]. Returns the core change.
+///
+/// # Safety
+/// As [`select_core`].
+pub unsafe fn prepare() -> Option<CoreChange> {
+    // SAFETY: the caller's promise, passed on.
+    unsafe {
+        let change = select_core();
+        shorten_thread_spin();
+        change
+    }
 }
