@@ -36,13 +36,14 @@
 //! [`KiviCache::eval`]).
 //!
 //! The backend chooses the kernels: with the host kernels, new tokens join the window on
-//! the host (`kivi_window.rs`) and attention runs the CPU kernels; with MLX, both are MLX
-//! operations, the path a Mac runs. The two give the same arrays bit for bit
+//! the host (`kivi_window.rs`), flushed tokens are quantized and joined to the history on
+//! the host ([`kivi_kernels::host::quantize`]) and attention runs the CPU kernels; with
+//! MLX, all three are MLX operations, the path a Mac runs. The two give the same arrays bit for bit
 //! (`kivi_tests.rs`).
 
 use kivi_kernels::{
     attention,
-    host::readable,
+    host::{self, readable},
     mlx_quant::{self, QuantizedArray},
     quantized_after, rotation, sink_len, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
 };
@@ -168,9 +169,9 @@ impl KiviCache {
             self.roll(self.residual_values.as_ref(), values, sinks, flush, dims)?;
         if let (Some(old_k), Some(old_v)) = (old_k, old_v) {
             let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
-            let new_v = mlx_quant::quantize(&old_v, self.value_spec(dims)?)?;
-            let all_k = extend(self.keys.as_ref(), new_k, key_axis)?;
-            let all_v = extend(self.values.as_ref(), new_v, -2)?;
+            let new_v = self.quantize(&old_v, self.value_spec(dims)?, false)?;
+            let all_k = self.extend(self.keys.as_ref(), new_k, key_axis)?;
+            let all_v = self.extend(self.values.as_ref(), new_v, -2)?;
             self.keys = Some(all_k);
             self.values = Some(all_v);
         }
@@ -346,13 +347,46 @@ impl KiviCache {
         Ok(eval(self.arrays().into_iter().map(|(_, a)| a))?)
     }
 
+    /// Keys `[B, H, F, D]` quantized, and the axis along which they join the history.
     fn quantize_keys(&self, keys: &Array, dims: Dims) -> Result<(QuantizedArray, i32), CacheError> {
         Ok(match self.config.key_axis() {
-            KeyAxis::PerChannel => (
-                mlx_quant::quantize(&keys.swap_axes(-1, -2)?, self.config.key_spec())?,
-                -1,
-            ),
-            KeyAxis::PerToken => (mlx_quant::quantize(keys, self.key_token_spec(dims)?)?, -2),
+            KeyAxis::PerChannel => (self.quantize(keys, self.config.key_spec(), true)?, -1),
+            KeyAxis::PerToken => (self.quantize(keys, self.key_token_spec(dims)?, false)?, -2),
+        })
+    }
+
+    /// `x` quantized in groups along its last axis, or along its second-last when
+    /// `transposed` (then stored with those two axes swapped): on the host with the host
+    /// kernels, else as MLX operations. The two give the same bits.
+    fn quantize(
+        &self,
+        x: &Array,
+        spec: QuantSpec,
+        transposed: bool,
+    ) -> Result<QuantizedArray, CacheError> {
+        if self.kernels == Kernels::Host {
+            return Ok(host::quantize::quantize(x, spec, transposed)?);
+        }
+        let x = if transposed {
+            x.swap_axes(-1, -2)?
+        } else {
+            x.clone()
+        };
+        Ok(mlx_quant::quantize(&x, spec)?)
+    }
+
+    /// The history `held` followed by `new` along `axis`, as [`Self::quantize`] chooses.
+    fn extend(
+        &self,
+        held: Option<&QuantizedArray>,
+        new: QuantizedArray,
+        axis: i32,
+    ) -> Result<QuantizedArray, CacheError> {
+        let Some(old) = held else { return Ok(new) };
+        Ok(if self.kernels == Kernels::Host {
+            host::quantize::concatenate(&[old, &new], axis)?
+        } else {
+            QuantizedArray::concatenate(&[old, &new], axis)?
         })
     }
 
@@ -435,17 +469,6 @@ fn split_tokens(window: &Array, n: i32) -> Result<(Array, Option<Array>), CacheE
     let mut parts = window.split_at_indices(&[n], Some(2))?.into_iter();
     let head = parts.next().expect("two parts");
     Ok((head, parts.next()))
-}
-
-fn extend(
-    held: Option<&QuantizedArray>,
-    new: QuantizedArray,
-    axis: i32,
-) -> Result<QuantizedArray, CacheError> {
-    Ok(match held {
-        Some(old) => QuantizedArray::concatenate(&[old, &new], axis)?,
-        None => new,
-    })
 }
 
 impl KvCache for KiviCache {

@@ -184,10 +184,11 @@ fn every_chunking_gives_a_bit_identical_cache() {
     }
 }
 
-/// The window built on the host holds the same bits as the one built by MLX operations,
-/// for every chunking, with a flush inside and at the edge of chunks.
+/// The window and the quantized history built on the host hold the same bits as those
+/// built by MLX operations, for every chunking, with a flush inside and at the edge of
+/// chunks.
 #[test]
-fn host_and_mlx_windows_hold_the_same_bits() {
+fn host_and_mlx_caches_hold_the_same_bits() {
     let tokens = 301;
     let stream = Stream::new(6, tokens);
     for config in settings() {

@@ -26,7 +26,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::layers::{Embedding, Linear, Matrix, RmsNorm};
 use super::mlx_ops::MlxOps;
-use super::ops::{each_linear, Ops, Tokens};
+use super::ops::{each_linear, per_layer, Ops, Tokens};
 use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
@@ -293,14 +293,11 @@ impl Ops for HostOps<'_> {
         };
         let outs = qmatmul::qmatmul_many(&x.data, x.rows, &ws, self.activations)
             .map_err(|e| ModelError::Host(e.to_string()))?;
-        let mut ys = Vec::with_capacity(N);
-        for (data, layer) in outs.into_iter().zip(layers) {
-            let y = HostRows { data, rows: x.rows };
-            ys.push(with_bias(y, layer.bias.as_ref())?);
-        }
-        Ok(ys
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("one output per layer")))
+        per_layer(
+            outs.into_iter().zip(layers).map(|(data, layer)| {
+                with_bias(HostRows { data, rows: x.rows }, layer.bias.as_ref())
+            }),
+        )
     }
 
     fn rms_norm(&self, norm: &RmsNorm, x: &HostRows) -> Result<HostRows, ModelError> {

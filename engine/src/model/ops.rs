@@ -117,11 +117,16 @@ pub(super) fn each_linear<O: Ops + ?Sized, const N: usize>(
     layers: [&Linear; N],
     x: &O::Rows,
 ) -> Result<[O::Rows; N], ModelError> {
-    let mut out = Vec::with_capacity(N);
-    for layer in layers {
-        out.push(o.linear(&layer.weight, layer.bias.as_ref(), x)?);
-    }
-    Ok(out
+    per_layer(layers.map(|layer| o.linear(&layer.weight, layer.bias.as_ref(), x)))
+}
+
+/// The outputs of [`Ops::linears`], one per layer in order, as an array (the first error
+/// if any).
+pub(super) fn per_layer<R, const N: usize>(
+    outs: impl IntoIterator<Item = Result<R, ModelError>>,
+) -> Result<[R; N], ModelError> {
+    let outs = outs.into_iter().collect::<Result<Vec<R>, _>>()?;
+    Ok(outs
         .try_into()
         .unwrap_or_else(|_| unreachable!("one output per layer")))
 }

@@ -12,6 +12,8 @@
 //!   segments, token- or channel-major), causal within a chunk, grouped-query heads;
 //! - [`lanes`]: float sums in fixed-width lanes, with a fused or separate multiply-add;
 //! - [`dequantize`]: a packed KIVI tensor back in float32, for the attention of a chunk;
+//! - [`quantize`]: the KIVI cache's flush (the reference quantizer and the joins to the
+//!   quantized history) on host data, for the host kernels' cache;
 //! - [`buffers`]: MLX arrays read as host slices (evaluated, contiguous, float16 read as
 //!   float32);
 //! - [`team`]: the threads that share a decode step's weight products and attention
@@ -26,6 +28,7 @@ pub mod buffers;
 pub mod dequantize;
 pub(crate) mod lanes;
 pub mod openblas;
+pub mod quantize;
 pub mod softmax;
 pub mod team;
 
