@@ -119,18 +119,16 @@ pub struct Backend {
     activations: Activations,
 }
 
-/// Decode steps with fewer positions than this run the host kernels on the host backend;
-/// longer prompt chunks run MLX's operations (on the CPU) with dense products.
+/// Positions from which MLX's CPU back end multiplies a quantized matrix densely
+/// (dequantize, then matmul) rather than with `quantized_matmul`.
 ///
 /// MLX's CPU back end has no blocked quantized GEMM, so its `quantized_matmul` cost grows
 /// linearly with the rows: measured here, a 256-token prefill chunk through a 576x1536
 /// 4-bit matrix takes 270 ms with `quantized_matmul` and 37 ms as dequantize + (OpenBLAS)
 /// sgemm, while one decode row is faster quantized (1.3 ms against 6.9 ms, dequantizing
-/// dominates); they cross at about 6 rows. The host kernels' quantized product (one pass
-/// over the packed weights per call) wins below that by more still: MLX's CPU kernel
-/// dequantizes every weight in a scalar loop (0.74 ms for one row through a 1536x576
-/// 4-bit matrix, 21-39 ms through SmolLM2's 49152x576 output head).
-const HOST_MAX_ROWS: usize = 8;
+/// dominates); they cross at about 6 rows. (The host backend makes the same choice in its
+/// own kernels, `kivi_kernels::qmatmul::DENSE_MIN_ROWS`.)
+const MLX_DENSE_MIN_ROWS: usize = 8;
 
 impl Backend {
     /// The host kernels on the CPU in float32 (KV scales, zeros and window in float16),
@@ -161,7 +159,7 @@ impl Backend {
 
     /// The default of this platform: MLX on the GPU in float16 on Apple silicon (Metal),
     /// the host kernels on the CPU elsewhere (MLX's CPU back end emulates float16 on x86
-    /// and runs its quantized kernels as scalar loops; see `HOST_MAX_ROWS`).
+    /// and runs its quantized kernels as scalar loops; see `MLX_DENSE_MIN_ROWS`).
     pub fn platform_default() -> Backend {
         if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
             Backend::mlx(Device::Gpu, Precision::F16)
@@ -233,10 +231,12 @@ impl Backend {
         self.activations
     }
 
-    /// Whether `rows` positions run through the host kernels (a decode step on the host
-    /// backend) rather than MLX's operations.
-    pub fn host_step(&self, rows: usize) -> bool {
-        self.kernels == Kernels::Host && rows < HOST_MAX_ROWS
+    /// Whether the model's operations run on host memory (decode steps and prompt chunks
+    /// alike: the host backend) rather than as MLX operations. A prompt chunk through
+    /// MLX's CPU back end took 1.3-1.5x as long as on the host, mostly in MLX's
+    /// dequantization of the weights and its scalar `exp` (`docs/benchmarks.md`).
+    pub fn host_ops(&self) -> bool {
+        self.kernels == Kernels::Host
     }
 
     /// Whether a decode step is built on the previous token before that token is read
@@ -248,10 +248,10 @@ impl Backend {
 
     /// Whether MLX multiplies a quantized matrix by `rows` rows densely (dequantize, then
     /// matmul) rather than with `quantized_matmul`: on MLX's CPU back end for prompt chunks
-    /// (see `HOST_MAX_ROWS`); never on the GPU, whose quantized kernels are fast at any
+    /// (see `MLX_DENSE_MIN_ROWS`); never on the GPU, whose quantized kernels are fast at any
     /// size.
     pub fn dequantize_for_matmul(&self, rows: usize) -> bool {
-        self.device == Device::Cpu && rows >= HOST_MAX_ROWS
+        self.device == Device::Cpu && rows >= MLX_DENSE_MIN_ROWS
     }
 
     /// Whether the GPU-stream guard ([`crate::gpu_rules`]) checks the arrays the model and
@@ -459,13 +459,13 @@ mod tests {
         let host = Backend::HOST;
         assert_eq!(host.compute_dtype(), Dtype::Float32);
         assert_eq!(host.storage_dtype(), Dtype::Float16);
-        assert!(host.host_step(1) && host.host_step(7) && !host.host_step(8));
+        assert!(host.host_ops());
         assert!(host.dequantize_for_matmul(256) && !host.dequantize_for_matmul(1));
         let mac = Backend::mlx(Device::Gpu, Precision::F16);
         assert_eq!(mac.storage_dtype(), Dtype::Float16);
-        assert!(!mac.host_step(1) && !mac.dequantize_for_matmul(4096));
+        assert!(!mac.host_ops() && !mac.dequantize_for_matmul(4096));
         let cpu16 = Backend::mlx(Device::Cpu, Precision::F16);
-        assert!(!cpu16.host_step(1) && cpu16.dequantize_for_matmul(8));
+        assert!(!cpu16.host_ops() && cpu16.dequantize_for_matmul(8));
         assert_eq!(
             Backend::mlx(Device::Cpu, Precision::Bf16).storage_dtype(),
             Dtype::Bfloat16

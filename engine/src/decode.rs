@@ -117,3 +117,38 @@ fn read_token(token: &Array) -> Result<u32, Exception> {
     token.eval()?;
     Ok(token.as_slice::<u32>()[0])
 }
+
+/// How a prompt is fed before decoding: `chunk` tokens at a time over all but its last
+/// token, then that token alone, as a decode step runs it. Why: a prompt met again (a
+/// reused prefix, everything but the last token held) then gets the logits it got the
+/// first time, although a backend's steps and chunks may round differently (the host's
+/// steps give the weight products int8 inputs, its chunks float32). An empty prompt gives
+/// no piece.
+pub fn prompt_pieces(tokens: &[u32], chunk: usize) -> impl Iterator<Item = &[u32]> {
+    let (body, last) = tokens.split_at(tokens.len().saturating_sub(1));
+    body.chunks(chunk.max(1))
+        .chain(std::iter::once(last).filter(|l| !l.is_empty()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prompt_pieces;
+
+    #[test]
+    fn the_last_prompt_token_runs_alone() {
+        let tokens: Vec<u32> = (0..10).collect();
+        let lens = |chunk| {
+            prompt_pieces(&tokens, chunk)
+                .map(<[u32]>::len)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(lens(4), [4, 4, 1, 1]);
+        assert_eq!(lens(9), [9, 1]);
+        assert_eq!(lens(256), [9, 1]);
+        assert_eq!(lens(0), [1; 10]);
+        assert_eq!(prompt_pieces(&[7], 4).collect::<Vec<_>>(), [&[7][..]]);
+        assert_eq!(prompt_pieces(&[], 4).count(), 0);
+        let joined: Vec<u32> = prompt_pieces(&tokens, 3).flatten().copied().collect();
+        assert_eq!(joined, tokens);
+    }
+}

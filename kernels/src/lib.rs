@@ -12,8 +12,9 @@
 //!   ([`CacheView`]), by the implementation [`Kernels`] names.
 //! - [`fused`]: a plain-Rust CPU kernel for single-position decode attention.
 //! - [`host`]: float32 attention, softmax and `sgemm` on host memory, for the CPU.
-//! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust, for CPU decode, with
-//!   float32 or int8 inputs.
+//! - [`qmatmul`]: `x @ W^T` over MLX-quantized weights in plain Rust for the CPU: row
+//!   kernels over float32 or int8 inputs for decode steps, dequantized blocks through BLAS
+//!   for prompt chunks.
 //! - [`ggml`]: ggml's quantized blocks (GGUF tensor data) decoded, and converted to MLX's
 //!   affine layout.
 //! - [`testdata`]: seeded random keys and values (with outliers) for tests and benchmarks.

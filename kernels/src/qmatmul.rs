@@ -17,12 +17,16 @@
 //! sums run in a different order); tested in `kernels/tests/qmatmul.rs`.
 //!
 //! With [`Activations::Int8`] the input rows are quantized to int8 first and each block of
-//! 32 codes becomes one integer dot product (`qmatmul/int8.rs`).
+//! 32 codes becomes one integer dot product (`qmatmul/int8.rs`). From [`DENSE_MIN_ROWS`]
+//! input rows (a prompt chunk) the weights are dequantized a block at a time and multiplied
+//! by BLAS in float32 instead, whatever the activations (`qmatmul/dense.rs`).
 
 use crate::{host::team, KernelError};
 
+mod dense;
 mod int8;
 
+pub use dense::DENSE_MIN_ROWS;
 pub use int8::BLOCK as INT8_BLOCK;
 
 /// How the input rows enter the product.
@@ -32,7 +36,7 @@ pub enum Activations {
     Float,
     /// Quantized to int8 per block of [`INT8_BLOCK`] values (`max|x| / 127` steps), with
     /// integer dot products against the codes; matrices whose groups do not hold whole
-    /// blocks are multiplied in float32.
+    /// blocks, and products of [`DENSE_MIN_ROWS`] rows or more, are multiplied in float32.
     Int8,
 }
 
@@ -67,20 +71,9 @@ impl QuantMatrix<'_> {
         if r >= self.rows || self.check().is_err() {
             return None;
         }
-        let per_word = 32 / self.bits as usize;
-        let words = &self.packed[r * self.cols / per_word..(r + 1) * self.cols / per_word];
-        let groups = self.cols / self.group;
-        let scales = &self.scales[r * groups..(r + 1) * groups];
-        let biases = &self.biases[r * groups..(r + 1) * groups];
-        let mask = (1u32 << self.bits) - 1;
-        Some(
-            (0..self.cols)
-                .map(|j| {
-                    let code = (words[j / per_word] >> ((j % per_word) as u32 * self.bits)) & mask;
-                    code as f32 * scales[j / self.group] + biases[j / self.group]
-                })
-                .collect(),
-        )
+        let mut out = vec![0f32; self.cols];
+        dense::dequantize_rows(self, r..r + 1, &mut out);
+        Some(out)
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -203,6 +196,14 @@ fn products(
                 w.cols
             )));
         }
+    }
+    if m >= DENSE_MIN_ROWS {
+        let mut first = 0;
+        for w in ws {
+            dense::products(x, m, w, out, total, first);
+            first += w.rows;
+        }
+        return Ok(());
     }
     // One input per (bits, group), which the matrices of that kind share.
     let mut inputs: Vec<Input> = Vec::new();
@@ -638,7 +639,7 @@ mod tests {
             )
             .collect();
         let mut rng = crate::testdata::XorShift::new(11);
-        for m in [1, 2] {
+        for m in [1, 2, DENSE_MIN_ROWS + 3] {
             let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
             for activations in [Activations::Float, Activations::Int8] {
                 for take in [1, 2, 3, ws.len()] {
@@ -692,6 +693,50 @@ mod tests {
             let xsums: Vec<f32> = x.chunks_exact(group).map(|g| g.iter().sum()).collect();
             output_rows(&w, &x, &xsums, 0, &mut serial);
             assert_eq!(out, serial, "{bits} bits");
+        }
+    }
+
+    /// From [`DENSE_MIN_ROWS`] input rows the weights are dequantized in blocks and
+    /// multiplied by `sgemm`: the product of the seeded dense matrix, with a block edge
+    /// inside the matrix, at every bit width, and equal to the row kernels' within float
+    /// rounding.
+    #[test]
+    fn many_rows_take_the_dense_product() {
+        let (rows, cols, group) = (4500, 256, 64);
+        assert!(rows * cols > dense::BLOCK_FLOATS, "must take two blocks");
+        let mut rng = crate::testdata::XorShift::new(13);
+        for bits in [2, 4, 8] {
+            let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
+            let w = QuantMatrix {
+                packed: &packed,
+                scales: &scales,
+                biases: &biases,
+                rows,
+                cols,
+                bits,
+                group,
+            };
+            let m = DENSE_MIN_ROWS + 1;
+            let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
+            let mut out = vec![0f32; m * rows];
+            qmatmul(&x, m, &w, &mut out, Activations::Int8).unwrap();
+            for r in 0..m {
+                let xr = &x[r * cols..(r + 1) * cols];
+                let mut by_rows = vec![0f32; rows];
+                qmatmul(xr, 1, &w, &mut by_rows, Activations::Float).unwrap();
+                for o in (0..rows).step_by(7).chain([rows - 1]) {
+                    let want: f64 = (0..cols)
+                        .map(|i| f64::from(xr[i]) * f64::from(dense[o * cols + i]))
+                        .sum();
+                    let got = out[r * rows + o];
+                    for got in [got, by_rows[o]] {
+                        assert!(
+                            (f64::from(got) - want).abs() < 1e-3 * (1.0 + want.abs()),
+                            "bits {bits}, row {r}, output {o}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -4,14 +4,16 @@
 use mlx_rs::{Array, Dtype};
 
 use crate::cache::KvCache;
+use crate::decode::prompt_pieces;
 use crate::error::ModelError;
 use crate::model::Llama;
 use crate::sampling::argmax_of;
 
 use super::nll::target_log_probs;
 
-/// Runs `tokens` through the model after what `caches` hold, `chunk` tokens per step,
-/// and returns the logits of the last token (`[vocab]`, evaluated).
+/// Runs `tokens` through the model after what `caches` hold, as a session's prefill does
+/// ([`prompt_pieces`]: `chunk` tokens per step, the last token alone), and returns the
+/// logits of the last token (`[vocab]`, evaluated).
 ///
 /// Each step is evaluated before the next one starts, as in a session's prefill: a KIVI
 /// cache then quantizes its oldest groups between chunks, so later chunks read the
@@ -25,7 +27,7 @@ pub fn prefill(
     if tokens.is_empty() {
         return Err(ModelError::Input("no tokens to prefill".into()));
     }
-    let pieces: Vec<&[u32]> = tokens.chunks(chunk.max(1)).collect();
+    let pieces: Vec<&[u32]> = prompt_pieces(tokens, chunk).collect();
     let (last, head) = pieces.split_last().expect("at least one chunk");
     for piece in head {
         model.forward(piece, caches)?.eval()?;

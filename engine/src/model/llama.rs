@@ -14,8 +14,8 @@
 //! and attends over everything it holds; grouped-query heads are the cache's business.
 //!
 //! Each block is written once, over the operations of [`Ops`]; the backend the model was
-//! loaded with decides which implementation runs a step: MLX's operations (any number of
-//! positions, the Mac's GPU path) or the host kernels (the CPU's decode steps).
+//! loaded with decides which implementation runs: MLX's operations (the Mac's GPU path) or
+//! the host kernels (the CPU's).
 //! `tests/host_steps.rs` holds the two to the same logits.
 
 use mlx_rs::{ops::indexing::IndexOp, Array};
@@ -226,7 +226,7 @@ impl Llama {
             return Err(ModelError::Input("no tokens to run".into()));
         }
         self.backend.scoped(|| {
-            if self.backend.host_step(tokens.len()) {
+            if self.backend.host_ops() {
                 self.run(&HostOps::new(&self.backend), tokens, caches)
             } else {
                 self.run(&MlxOps::new(&self.backend), tokens, caches)
@@ -250,9 +250,8 @@ impl Llama {
 
     /// Logits `[1, L, vocab]` for hidden states `[1, L, hidden]`.
     pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        let rows = hidden.size() / hidden.dim(-1).max(1) as usize;
         self.backend.scoped(|| {
-            if self.backend.host_step(rows) {
+            if self.backend.host_ops() {
                 // The head's product takes float32 inputs on every host backend: the
                 // logits decide the token, and int8 inputs there flipped close choices
                 // (SmolLM2 answered "What is the capital of France?" with "L'Étoile ..."

@@ -4,11 +4,11 @@
 //! - [`super::mlx_ops::MlxOps`]: MLX operations, any number of positions, on the device
 //!   the backend names (a Mac's GPU, or the CPU);
 //! - [`super::host_ops::HostOps`]: plain loops and the host kernels over host memory, for
-//!   the host backend's decode steps, where MLX's per-operation thread hand-offs on the CPU
-//!   cost more than the arithmetic (`tests/host_steps.rs` holds the two to the same
-//!   logits).
+//!   the host backend's decode steps and prompt chunks, where MLX's per-operation thread
+//!   hand-offs on the CPU cost more than the arithmetic (`tests/host_steps.rs` holds the
+//!   two to the same logits).
 //!
-//! The backend decides which one runs a step ([`crate::backend::Backend::host_step`]).
+//! The backend decides which one runs ([`crate::backend::Backend::host_ops`]).
 
 use mlx_rs::Array;
 

@@ -18,7 +18,7 @@ use super::prompt;
 use super::request::{Event, FinishReason, Prompt, Request};
 use super::saved::{self, SavedConversation};
 use crate::cache::CacheConfig;
-use crate::decode::Decoder;
+use crate::decode::{prompt_pieces, Decoder};
 use crate::loader::LoadedModel;
 use crate::sampling::Sampler;
 use crate::stats::{KvStats, MemoryProbe, Phase, Stats};
@@ -318,9 +318,8 @@ impl Worker {
 
         // Prefill in chunks, checking for cancellation between chunks.
         let pending = prompt[reused..].to_vec();
-        let chunk = self.options.prefill_chunk.max(1);
         let mut logits = None;
-        for piece in pending.chunks(chunk) {
+        for piece in prompt_pieces(&pending, self.options.prefill_chunk) {
             if self.stopped(cancel, events) {
                 return self.finish(
                     slot,

@@ -1,0 +1,109 @@
+//! Products over many input rows (prompt chunks): the weights dequantized to float32 a
+//! block of rows at a time, then multiplied by BLAS's `sgemm`.
+//!
+//! Why: the row kernels read every packed weight once per input row, which suits a decode
+//! step's one row; a 256-token chunk would read the weights 256 times. Dequantized once per
+//! chunk, a matrix feeds a blocked GEMM instead, which reuses each weight across the rows
+//! from cache. MLX's CPU back end does the same for chunks (dequantize, then matmul), but
+//! its dequantization is a general strided copy and a shift per code, a tenth of a
+//! 512-token prefill; here each packed word becomes its floats in one pass, shared across
+//! the team's threads.
+
+use std::ops::Range;
+
+use super::QuantMatrix;
+use crate::host::{
+    blas::{self, Operand},
+    team,
+};
+
+/// Input rows from which [`super::qmatmul`] dequantizes and runs `sgemm`: below this the
+/// row kernels' single pass over the packed weights is faster.
+pub const DENSE_MIN_ROWS: usize = 8;
+
+/// Dequantized weights held at once: 4 MiB of float32, SmolLM2's largest layer matrix in
+/// one block, its 49152-row output head in 28.
+pub(super) const BLOCK_FLOATS: usize = 1 << 20;
+
+/// Outputs `first..first + w.rows` of every input row: `out` is `[m, ldc]` and receives
+/// `x @ W^T` (`[m, w.rows]`) in those columns.
+pub(super) fn products(
+    x: &[f32],
+    m: usize,
+    w: &QuantMatrix<'_>,
+    out: &mut [f32],
+    ldc: usize,
+    first: usize,
+) {
+    let block = (BLOCK_FLOATS / w.cols.max(1)).clamp(1, w.rows.max(1));
+    let mut weights = vec![0f32; block * w.cols];
+    for start in (0..w.rows).step_by(block) {
+        let rows = start..(start + block).min(w.rows);
+        let n = rows.len();
+        let weights = &mut weights[..n * w.cols];
+        dequantize_shared(w, rows, weights);
+        let a = Operand {
+            data: x,
+            ld: w.cols,
+            trans: false,
+        };
+        let b = Operand {
+            data: weights,
+            ld: w.cols,
+            trans: true,
+        };
+        blas::sgemm(m, n, w.cols, 1.0, a, b, 0.0, &mut out[first + start..], ldc);
+    }
+}
+
+/// Rows `rows` of `w` dequantized into `out` (`[rows.len(), cols]`), the rows shared out
+/// across the team.
+fn dequantize_shared(w: &QuantMatrix<'_>, rows: Range<usize>, out: &mut [f32]) {
+    let per_task = rows.len().div_ceil(team::threads()).max(1);
+    team::for_chunks_mut(out, per_task * w.cols, |i, chunk| {
+        let first = rows.start + i * per_task;
+        dequantize_rows(w, first..first + chunk.len() / w.cols, chunk);
+    });
+}
+
+/// Rows `rows` of `w` dequantized (`code * scale + bias`) into `out`, `[rows.len(), cols]`.
+pub(super) fn dequantize_rows(w: &QuantMatrix<'_>, rows: Range<usize>, out: &mut [f32]) {
+    let words_per_row = w.cols * w.bits as usize / 32;
+    let groups = w.cols / w.group;
+    for (r, out) in rows.zip(out.chunks_exact_mut(w.cols)) {
+        let words = &w.packed[r * words_per_row..(r + 1) * words_per_row];
+        let scales = &w.scales[r * groups..(r + 1) * groups];
+        let biases = &w.biases[r * groups..(r + 1) * groups];
+        match w.bits {
+            2 => row::<2>(words, scales, biases, w.group, out),
+            4 => row::<4>(words, scales, biases, w.group, out),
+            _ => row::<8>(words, scales, biases, w.group, out),
+        }
+    }
+}
+
+/// One row: each word's `32 / BITS` codes, times the group's scale plus its bias. The
+/// shifts are constants once `BITS` is, so the loop over a word unrolls and vectorizes.
+fn row<const BITS: u32>(
+    words: &[u32],
+    scales: &[f32],
+    biases: &[f32],
+    group: usize,
+    out: &mut [f32],
+) {
+    let per_word = (32 / BITS) as usize;
+    let mask = (1u32 << BITS) - 1;
+    let words_per_group = group / per_word;
+    for (((out, words), &s), &b) in out
+        .chunks_exact_mut(group)
+        .zip(words.chunks_exact(words_per_group))
+        .zip(scales)
+        .zip(biases)
+    {
+        for (out, &word) in out.chunks_exact_mut(per_word).zip(words) {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = ((word >> (j as u32 * BITS)) & mask) as f32 * s + b;
+            }
+        }
+    }
+}
