@@ -6,16 +6,12 @@
 //! chunk, a matrix feeds a blocked GEMM instead, which reuses each weight across the rows
 //! from cache. MLX's CPU back end does the same for chunks (dequantize, then matmul), but
 //! its dequantization is a general strided copy and a shift per code, a tenth of a
-//! 512-token prefill; here each packed word becomes its floats in one pass, shared across
-//! the team's threads.
+//! 512-token prefill; here each packed word becomes its floats in one pass.
 
 use std::ops::Range;
 
 use super::QuantMatrix;
-use crate::host::{
-    blas::{self, Operand},
-    team,
-};
+use crate::host::blas::{self, Operand};
 
 /// Input rows from which [`super::qmatmul`] dequantizes and runs `sgemm`: below this the
 /// row kernels' single pass over the packed weights is faster.
@@ -41,7 +37,10 @@ pub(super) fn products(
         let rows = start..(start + block).min(w.rows);
         let n = rows.len();
         let weights = &mut weights[..n * w.cols];
-        dequantize_shared(w, rows, weights);
+        // On the calling thread: a team section would leave its helper spinning into the
+        // `sgemm` below, against OpenBLAS's own threads (a 512-token prefill 1.1-1.2x
+        // slower than dequantizing here alone).
+        dequantize_rows(w, rows, weights);
         let a = Operand {
             data: x,
             ld: w.cols,
@@ -54,16 +53,6 @@ pub(super) fn products(
         };
         blas::sgemm(m, n, w.cols, 1.0, a, b, 0.0, &mut out[first + start..], ldc);
     }
-}
-
-/// Rows `rows` of `w` dequantized into `out` (`[rows.len(), cols]`), the rows shared out
-/// across the team.
-fn dequantize_shared(w: &QuantMatrix<'_>, rows: Range<usize>, out: &mut [f32]) {
-    let per_task = rows.len().div_ceil(team::threads()).max(1);
-    team::for_chunks_mut(out, per_task * w.cols, |i, chunk| {
-        let first = rows.start + i * per_task;
-        dequantize_rows(w, first..first + chunk.len() / w.cols, chunk);
-    });
 }
 
 /// Rows `rows` of `w` dequantized (`code * scale + bias`) into `out`, `[rows.len(), cols]`.
