@@ -144,6 +144,18 @@ impl QuantizedArray {
     /// Joins quantized arrays along `axis` (negative counts from the end). Along the last
     /// axis the parts are whole groups, so packed words, scales and zeros join alike.
     pub fn concatenate(parts: &[&QuantizedArray], axis: i32) -> Result<Self, KernelError> {
+        Self::join_with(parts, axis, |arrays, axis| {
+            Ok(ops::concatenate(arrays, axis)?)
+        })
+    }
+
+    /// [`Self::concatenate`] with `join` joining each of the three buffers (MLX's
+    /// concatenation, or the host's row copies in [`crate::host::quantize`]).
+    pub fn join_with(
+        parts: &[&QuantizedArray],
+        axis: i32,
+        join: impl Fn(&[&Array], i32) -> Result<Array, KernelError>,
+    ) -> Result<Self, KernelError> {
         let first = parts
             .first()
             .ok_or_else(|| KernelError::Shape("nothing to concatenate".into()))?;
@@ -154,7 +166,7 @@ impl QuantizedArray {
         }
         let join = |pick: fn(&QuantizedArray) -> &Array| {
             let arrays: Vec<&Array> = parts.iter().map(|p| pick(p)).collect();
-            ops::concatenate(&arrays, axis)
+            join(&arrays, axis)
         };
         Ok(Self {
             packed: join(|p| &p.packed)?,

@@ -505,12 +505,33 @@ mod tests {
     use super::*;
 
     /// A seeded matrix in MLX's layout and its dequantized form.
-    pub(super) fn matrix(
-        rows: usize,
-        cols: usize,
-        bits: u32,
-        group: usize,
-    ) -> (Vec<u32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    pub(super) struct Seeded {
+        pub packed: Vec<u32>,
+        pub scales: Vec<f32>,
+        pub biases: Vec<f32>,
+        /// `code * scale + bias`, row-major.
+        pub dense: Vec<f32>,
+        pub rows: usize,
+        pub cols: usize,
+        pub bits: u32,
+        pub group: usize,
+    }
+
+    impl Seeded {
+        pub fn view(&self) -> QuantMatrix<'_> {
+            QuantMatrix {
+                packed: &self.packed,
+                scales: &self.scales,
+                biases: &self.biases,
+                rows: self.rows,
+                cols: self.cols,
+                bits: self.bits,
+                group: self.group,
+            }
+        }
+    }
+
+    pub(super) fn matrix(rows: usize, cols: usize, bits: u32, group: usize) -> Seeded {
         let mut rng = crate::testdata::XorShift::new(7 + bits as u64);
         let per_word = 32 / bits as usize;
         let codes: Vec<u32> = (0..rows * cols)
@@ -533,7 +554,16 @@ mod tests {
             .enumerate()
             .map(|(i, &q)| q as f32 * scales[i / group] + biases[i / group])
             .collect();
-        (packed, scales, biases, dense)
+        Seeded {
+            packed,
+            scales,
+            biases,
+            dense,
+            rows,
+            cols,
+            bits,
+            group,
+        }
     }
 
     #[test]
@@ -541,18 +571,16 @@ mod tests {
         for bits in [2, 4, 8] {
             for group in [32, 64, 128] {
                 let (rows, cols, m) = (19, 256, 3);
-                let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
+                let seeded = matrix(rows, cols, bits, group);
+                let (packed, scales, biases, dense) = (
+                    &seeded.packed,
+                    &seeded.scales,
+                    &seeded.biases,
+                    &seeded.dense,
+                );
                 let mut rng = crate::testdata::XorShift::new(99);
                 let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
-                let w = QuantMatrix {
-                    packed: &packed,
-                    scales: &scales,
-                    biases: &biases,
-                    rows,
-                    cols,
-                    bits,
-                    group,
-                };
+                let w = seeded.view();
                 let mut out = vec![0f32; m * rows];
                 qmatmul(&x, m, &w, &mut out, Activations::Float).unwrap();
                 let mut portable = vec![0f32; m * rows];
@@ -623,21 +651,7 @@ mod tests {
             .iter()
             .map(|&(rows, bits, group)| matrix(rows, cols, bits, group))
             .collect();
-        let ws: Vec<QuantMatrix<'_>> = kinds
-            .iter()
-            .zip(&data)
-            .map(
-                |(&(rows, bits, group), (packed, scales, biases, _))| QuantMatrix {
-                    packed,
-                    scales,
-                    biases,
-                    rows,
-                    cols,
-                    bits,
-                    group,
-                },
-            )
-            .collect();
+        let ws: Vec<QuantMatrix<'_>> = data.iter().map(Seeded::view).collect();
         let mut rng = crate::testdata::XorShift::new(11);
         for m in [1, 2, DENSE_MIN_ROWS + 3] {
             let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
@@ -667,16 +681,8 @@ mod tests {
                 rows * cols >= PARALLEL_MIN_WEIGHTS,
                 "must take the threaded path"
             );
-            let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
-            let w = QuantMatrix {
-                packed: &packed,
-                scales: &scales,
-                biases: &biases,
-                rows,
-                cols,
-                bits,
-                group,
-            };
+            let seeded = matrix(rows, cols, bits, group);
+            let (w, dense) = (seeded.view(), &seeded.dense);
             for r in [0, 1, 1049, rows - 1] {
                 assert_eq!(
                     w.row(r).unwrap(),
@@ -706,16 +712,8 @@ mod tests {
         assert!(rows * cols > dense::BLOCK_FLOATS, "must take two blocks");
         let mut rng = crate::testdata::XorShift::new(13);
         for bits in [2, 4, 8] {
-            let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
-            let w = QuantMatrix {
-                packed: &packed,
-                scales: &scales,
-                biases: &biases,
-                rows,
-                cols,
-                bits,
-                group,
-            };
+            let seeded = matrix(rows, cols, bits, group);
+            let (w, dense) = (seeded.view(), &seeded.dense);
             let m = DENSE_MIN_ROWS + 1;
             let x: Vec<f32> = (0..m * cols).map(|_| rng.normal()).collect();
             let mut out = vec![0f32; m * rows];
@@ -742,16 +740,8 @@ mod tests {
 
     #[test]
     fn refuses_shapes_that_do_not_fit() {
-        let (packed, scales, biases, _) = matrix(4, 64, 4, 32);
-        let w = QuantMatrix {
-            packed: &packed,
-            scales: &scales,
-            biases: &biases,
-            rows: 4,
-            cols: 64,
-            bits: 4,
-            group: 32,
-        };
+        let seeded = matrix(4, 64, 4, 32);
+        let w = seeded.view();
         let mut out = vec![0f32; 4];
         assert!(qmatmul(&[0.0; 63], 1, &w, &mut out, Activations::Int8).is_err());
         let bad = QuantMatrix { rows: 5, ..w };

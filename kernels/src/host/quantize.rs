@@ -79,24 +79,7 @@ pub fn quantize(
 /// Joins quantized arrays along `axis` (negative counts from the end), as
 /// [`QuantizedArray::concatenate`] does, by copying rows on the host.
 pub fn concatenate(parts: &[&QuantizedArray], axis: i32) -> Result<QuantizedArray, KernelError> {
-    let first = parts
-        .first()
-        .ok_or_else(|| KernelError::Shape("nothing to concatenate".into()))?;
-    if parts.iter().any(|p| p.spec != first.spec) {
-        return Err(KernelError::Shape(
-            "cannot join arrays quantized differently".into(),
-        ));
-    }
-    let join = |pick: fn(&QuantizedArray) -> &Array| {
-        let arrays: Vec<&Array> = parts.iter().map(|p| pick(p)).collect();
-        join(&arrays, axis)
-    };
-    Ok(QuantizedArray {
-        packed: join(|p| &p.packed)?,
-        scales: join(|p| &p.scales)?,
-        zeros: join(|p| &p.zeros)?,
-        spec: first.spec,
-    })
+    QuantizedArray::join_with(parts, axis, join)
 }
 
 /// Arrays of one dtype joined along `axis`.

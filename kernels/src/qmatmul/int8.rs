@@ -495,23 +495,17 @@ mod tests {
             assert!(kernels.len() > 1 || !cfg!(target_arch = "x86_64"));
             for group in [32usize, 64, 128] {
                 let (rows, cols) = (7, 384);
-                let (packed, scales, biases, dense) = matrix(rows, cols, bits, group);
+                let seeded = matrix(rows, cols, bits, group);
                 // `code * scale` of every weight, without the bias.
-                let scaled: Vec<f64> = dense
+                let scaled: Vec<f64> = seeded
+                    .dense
                     .iter()
                     .enumerate()
-                    .map(|(i, v)| f64::from(*v) - f64::from(biases[i / group]))
+                    .map(|(i, v)| f64::from(*v) - f64::from(seeded.biases[i / group]))
                     .collect();
                 let mut rng = XorShift::new(11 + bits as u64 + group as u64);
-                let w = QuantMatrix {
-                    packed: &packed,
-                    scales: &scales,
-                    biases: &biases,
-                    rows,
-                    cols,
-                    bits,
-                    group,
-                };
+                let w = seeded.view();
+                let biases = &seeded.biases;
                 // Two rows: one with an outlier, one all zero in its second block.
                 let mut x: Vec<f32> = (0..2 * cols).map(|_| rng.normal()).collect();
                 x[5] = 40.0;
