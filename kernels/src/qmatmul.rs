@@ -25,9 +25,13 @@ use crate::{host::team, KernelError};
 
 mod dense;
 mod int8;
+mod matrix;
 
 pub use dense::DENSE_MIN_ROWS;
 pub use int8::BLOCK as INT8_BLOCK;
+pub use matrix::{supports, QuantMatrix};
+
+use matrix::bias_term;
 
 /// How the input rows enter the product.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,69 +42,6 @@ pub enum Activations {
     /// integer dot products against the codes; matrices whose groups do not hold whole
     /// blocks, and products of [`DENSE_MIN_ROWS`] rows or more, are multiplied in float32.
     Int8,
-}
-
-/// A quantized weight matrix `[rows, cols]` as host slices, in MLX's layout.
-#[derive(Debug, Clone, Copy)]
-pub struct QuantMatrix<'a> {
-    /// Packed codes, `[rows, cols * bits / 32]`.
-    pub packed: &'a [u32],
-    /// One scale per group, `[rows, cols / group]`.
-    pub scales: &'a [f32],
-    /// One bias per group, `[rows, cols / group]`.
-    pub biases: &'a [f32],
-    /// Output features.
-    pub rows: usize,
-    /// Input features.
-    pub cols: usize,
-    /// Bits per code (2, 4 or 8).
-    pub bits: u32,
-    /// Inputs per scale/bias pair.
-    pub group: usize,
-}
-
-/// True when [`qmatmul`] handles this bit width and group size.
-pub fn supports(bits: u32, group: usize) -> bool {
-    matches!(bits, 2 | 4 | 8) && group > 0 && group.is_multiple_of(32 / bits as usize)
-}
-
-impl QuantMatrix<'_> {
-    /// Row `r` dequantized (`code * scale + bias`): an embedding lookup. `None` when `r` is
-    /// not a row.
-    pub fn row(&self, r: usize) -> Option<Vec<f32>> {
-        if r >= self.rows || self.check().is_err() {
-            return None;
-        }
-        let mut out = vec![0f32; self.cols];
-        dense::dequantize_rows(self, r..r + 1, &mut out);
-        Some(out)
-    }
-
-    fn check(&self) -> Result<(), KernelError> {
-        if !supports(self.bits, self.group) || !self.cols.is_multiple_of(self.group) {
-            return Err(KernelError::Shape(format!(
-                "quantized matmul over {} bits, groups of {}, {} inputs is not supported",
-                self.bits, self.group, self.cols
-            )));
-        }
-        let words = self.rows * self.cols * self.bits as usize / 32;
-        let groups = self.rows * self.cols / self.group;
-        if self.packed.len() != words || self.scales.len() != groups || self.biases.len() != groups
-        {
-            return Err(KernelError::Shape(format!(
-                "a {}x{} matrix at {} bits in groups of {} needs {words} words and {groups} \
-                 scales and biases, got {}, {} and {}",
-                self.rows,
-                self.cols,
-                self.bits,
-                self.group,
-                self.packed.len(),
-                self.scales.len(),
-                self.biases.len()
-            )));
-        }
-        Ok(())
-    }
 }
 
 /// `out = x @ W^T` for `m` input rows `x` (`[m, cols]`), writing `out` (`[m, rows]`).
@@ -266,24 +207,6 @@ fn add_bias(w: &QuantMatrix<'_>, xsums: &[f32], first: usize, out: &mut [f32]) {
     for (o, y) in (first..).zip(out.iter_mut()) {
         *y += bias_term(&w.biases[o * groups..(o + 1) * groups], xsums);
     }
-}
-
-/// `sum_g b_g * xsum_g` for one weight row: the bias term of both kernels' plain-Rust paths.
-fn bias_term(biases: &[f32], xsums: &[f32]) -> f32 {
-    // Eight independent partial sums, so that the compiler keeps them in one vector.
-    let mut lanes = [0f32; 8];
-    let (whole, rest) = biases.split_at(biases.len() / 8 * 8);
-    for (b, s) in whole.chunks_exact(8).zip(xsums.chunks_exact(8)) {
-        for j in 0..8 {
-            lanes[j] += b[j] * s[j];
-        }
-    }
-    let tail: f32 = rest
-        .iter()
-        .zip(&xsums[whole.len()..])
-        .map(|(b, s)| b * s)
-        .sum();
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// Weights (rows x cols) from which a product is shared across threads: every matrix of

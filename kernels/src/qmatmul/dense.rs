@@ -8,8 +8,6 @@
 //! its dequantization is a general strided copy and a shift per code, a tenth of a
 //! 512-token prefill; here each packed word becomes its floats in one pass.
 
-use std::ops::Range;
-
 use super::QuantMatrix;
 use crate::host::blas::{self, Operand};
 
@@ -40,7 +38,7 @@ pub(super) fn products(
         // On the calling thread: a team section would leave its helper spinning into the
         // `sgemm` below, against OpenBLAS's own threads (a 512-token prefill 1.1-1.2x
         // slower than dequantizing here alone).
-        dequantize_rows(w, rows, weights);
+        w.dequantize_rows(rows, weights);
         let a = Operand {
             data: x,
             ld: w.cols,
@@ -52,47 +50,5 @@ pub(super) fn products(
             trans: true,
         };
         blas::sgemm(m, n, w.cols, 1.0, a, b, 0.0, &mut out[first + start..], ldc);
-    }
-}
-
-/// Rows `rows` of `w` dequantized (`code * scale + bias`) into `out`, `[rows.len(), cols]`.
-pub(super) fn dequantize_rows(w: &QuantMatrix<'_>, rows: Range<usize>, out: &mut [f32]) {
-    let words_per_row = w.cols * w.bits as usize / 32;
-    let groups = w.cols / w.group;
-    for (r, out) in rows.zip(out.chunks_exact_mut(w.cols)) {
-        let words = &w.packed[r * words_per_row..(r + 1) * words_per_row];
-        let scales = &w.scales[r * groups..(r + 1) * groups];
-        let biases = &w.biases[r * groups..(r + 1) * groups];
-        match w.bits {
-            2 => row::<2>(words, scales, biases, w.group, out),
-            4 => row::<4>(words, scales, biases, w.group, out),
-            _ => row::<8>(words, scales, biases, w.group, out),
-        }
-    }
-}
-
-/// One row: each word's `32 / BITS` codes, times the group's scale plus its bias. The
-/// shifts are constants once `BITS` is, so the loop over a word unrolls and vectorizes.
-fn row<const BITS: u32>(
-    words: &[u32],
-    scales: &[f32],
-    biases: &[f32],
-    group: usize,
-    out: &mut [f32],
-) {
-    let per_word = (32 / BITS) as usize;
-    let mask = (1u32 << BITS) - 1;
-    let words_per_group = group / per_word;
-    for (((out, words), &s), &b) in out
-        .chunks_exact_mut(group)
-        .zip(words.chunks_exact(words_per_group))
-        .zip(scales)
-        .zip(biases)
-    {
-        for (out, &word) in out.chunks_exact_mut(per_word).zip(words) {
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = ((word >> (j as u32 * BITS)) & mask) as f32 * s + b;
-            }
-        }
     }
 }

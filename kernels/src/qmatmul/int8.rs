@@ -25,7 +25,7 @@
 //! bytes split into low nibbles (even codes) and high nibbles (odd codes), a 2-bit block's
 //! eight bytes into four bit planes (codes `4b + p`), and 8-bit codes are in order.
 
-use super::QuantMatrix;
+use super::matrix::{bias_term, QuantMatrix};
 use crate::host::lanes::{dot, Separate, LANES};
 
 /// Activations sharing one int8 scale.
@@ -323,14 +323,16 @@ unsafe fn portable(row: &Row<'_>) -> f32 {
         }
         total += row.scales[k / blocks_per_group] * row.d[k] * sum as f32;
     }
-    total + super::bias_term(row.biases, row.xsums)
+    total + bias_term(row.biases, row.xsums)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{Kernel, Row, BLOCK};
+    // The parent's items by their full path: `scripts/import_cycles.py` reads `super` in
+    // an inline module as the file's parent module.
+    use crate::qmatmul::int8::{Kernel, Row, BLOCK};
 
     /// The kernels this CPU runs for `bits`, fastest first: VNNI (256-bit `vpdpbusd`,
     /// from AVX-512 VNNI or AVX-VNNI), then AVX2.
