@@ -117,8 +117,10 @@ fn kivi_attention(layer: &Layer, spec: &CacheSpec, scale: f32) -> Vec<f32> {
         keys: Some(&qk),
         key_axis: spec.key_axis,
         values: Some(&qv),
-        residual_keys: Some(&k[1]),
-        residual_values: Some(&v[1]),
+        residual: Some(kivi_kernels::Residual::Arrays {
+            keys: &k[1],
+            values: &v[1],
+        }),
         sinks: 0,
     };
     let queries = Array::from_slice(&layer.queries, &[1, layer.heads as i32, 1, d]);

@@ -13,7 +13,7 @@
 use mlx_rs::{ops, Array, Dtype};
 
 use crate::{
-    cache_view::CacheView,
+    cache_view::{CacheView, Residual},
     dispatch::Kernels,
     host::{dequantize::dequantize, readable},
     KernelError, KeyAxis,
@@ -70,9 +70,7 @@ pub fn attend_host(
             queries.shape()
         )));
     };
-    if cache.keys.is_some() != cache.values.is_some()
-        || cache.residual_keys.is_some() != cache.residual_values.is_some()
-    {
+    if cache.keys.is_some() != cache.values.is_some() {
         return Err(KernelError::Shape("keys and values held unevenly".into()));
     }
     let kv_heads = cache
@@ -83,20 +81,35 @@ pub fn attend_host(
         (Some(k), Some(v)) => Some((dequantize(k)?, dequantize(v)?)),
         _ => None,
     };
-    let residual = match (cache.residual_keys, cache.residual_values) {
-        (Some(k), Some(v)) => Some((readable::<f32>(k)?, readable::<f32>(v)?)),
-        _ => None,
-    };
     let dims = |a: &Array| a.shape().iter().map(|&d| d as usize).collect::<Vec<_>>();
+    // The residual in float32 with its shape `[B, H, Tr, D]`: keys, then values.
+    type Floats32 = (Vec<f32>, Vec<usize>);
+    let residual: Option<(Floats32, Floats32)> = match cache.residual {
+        None => None,
+        Some(Residual::Arrays { keys, values }) => {
+            let (k, v) = (readable::<f32>(keys)?, readable::<f32>(values)?);
+            Some((
+                (host_slice(&k)?.to_vec(), dims(&k)),
+                (host_slice(&v)?.to_vec(), dims(&v)),
+            ))
+        }
+        Some(Residual::Host(w)) => {
+            w.check()?;
+            let shape = |dim| vec![w.batch, w.kv_heads, w.len, dim];
+            Some((
+                (w.float32(true), shape(w.key_dim)),
+                (w.float32(false), shape(w.value_dim)),
+            ))
+        }
+    };
     // (keys, their shape, values, their shape, channel-major keys) per segment.
     type Part<'a> = (&'a [f32], Vec<usize>, &'a [f32], Vec<usize>, bool);
     let mut parts: Vec<Part<'_>> = Vec::with_capacity(3);
     // The residual's leading sinks come first in position order, then the history, then
     // the window.
-    let residual = match &residual {
-        Some((k, v)) => Some((host_slice(k)?, dims(k), host_slice(v)?, dims(v))),
-        None => None,
-    };
+    let residual = residual
+        .as_ref()
+        .map(|((k, ks), (v, vs))| (k.as_slice(), ks.clone(), v.as_slice(), vs.clone()));
     if let Some((k, ks, v, vs)) = &residual {
         if cache.sinks > 0 {
             parts.push((k, ks.clone(), v, vs.clone(), false));
@@ -196,11 +209,24 @@ pub fn attend_mlx(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<A
             "{heads} query heads over {kv_heads} KV heads, {len} queries over {total} positions"
         )));
     }
-    if cache.keys.is_some() != cache.values.is_some()
-        || cache.residual_keys.is_some() != cache.residual_values.is_some()
-    {
+    if cache.keys.is_some() != cache.values.is_some() {
         return Err(KernelError::Shape("keys and values held unevenly".into()));
     }
+    // MLX reads arrays: a host window is copied into them.
+    let copied = match cache.residual {
+        Some(Residual::Host(w)) => {
+            w.check()?;
+            Some(w.arrays())
+        }
+        _ => None,
+    };
+    let cache = match &copied {
+        Some((keys, values)) => CacheView {
+            residual: Some(Residual::Arrays { keys, values }),
+            ..cache
+        },
+        None => cache,
+    };
     let first = total - len as usize;
     if len as usize <= QUERY_BLOCK {
         return attend_block(queries, cache, scale, first);
@@ -234,8 +260,13 @@ fn attend_block(
 
     // The residual's leading sinks (positions 0..S) come before the quantized history.
     let sinks = cache.sinks.min(tr) as i32;
-    let (sink_keys, window_keys) = split_sinks(cache.residual_keys, sinks)?;
-    let (sink_values, window_values) = split_sinks(cache.residual_values, sinks)?;
+    let (residual_keys, residual_values) = match cache.residual {
+        Some(Residual::Arrays { keys, values }) => (Some(keys), Some(values)),
+        // `attend_mlx` copies a host window into arrays first.
+        Some(Residual::Host(_)) | None => (None, None),
+    };
+    let (sink_keys, window_keys) = split_sinks(residual_keys, sinks)?;
+    let (sink_values, window_values) = split_sinks(residual_values, sinks)?;
     let mut scores = Vec::with_capacity(3);
     if let Some(keys) = &sink_keys {
         scores.push(q.matmul(keys.swap_axes(-1, -2)?)?);

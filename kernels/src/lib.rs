@@ -35,7 +35,7 @@ pub mod rotation;
 pub mod spec;
 pub mod testdata;
 
-pub use cache_view::CacheView;
+pub use cache_view::{CacheView, HostWindow, Residual};
 pub use dispatch::Kernels;
 pub use error::KernelError;
 pub use spec::{quantized_after, quantized_len, sink_len, KeyAxis, QuantSpec, Rotation};

@@ -170,8 +170,10 @@ impl PackedLayer {
             keys: Some(&self.keys),
             key_axis: crate::KeyAxis::PerChannel,
             values: Some(&self.values),
-            residual_keys: Some(&self.residual_keys),
-            residual_values: Some(&self.residual_values),
+            residual: Some(crate::Residual::Arrays {
+                keys: &self.residual_keys,
+                values: &self.residual_values,
+            }),
             sinks: 0,
         }
     }

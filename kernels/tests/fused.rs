@@ -10,7 +10,7 @@ use kivi_kernels::{
     reference::CacheSpec,
     reference_attention::{self, AttnShape},
     testdata::{Layer, Profile},
-    KeyAxis, QuantSpec,
+    HostWindow, KeyAxis, QuantSpec,
 };
 use mlx_rs::{ops, Dtype};
 
@@ -137,8 +137,7 @@ fn refuses_views_that_do_not_fit() {
     // Residual of another head count.
     let other = Parts::new(&Layer::new(3, Profile::Gaussian, (4, 4, 64), 300, 1), &spec);
     let mut view = long.view();
-    view.residual_keys = other.view().residual_keys;
-    view.residual_values = other.view().residual_values;
+    view.residual = other.view().residual;
     assert!(fused::decode(&queries, view, 0.1).is_err());
     // Queries of another head_dim.
     let wide = array(&[0.5; 4 * 128], &[1, 4, 1, 128]);
@@ -202,7 +201,7 @@ fn decode_window_equals_attention_over_the_rounded_window() {
             };
             let (keys, values) = (buffer(|l| &l.keys), buffer(|l| &l.values));
             let queries: Vec<f32> = layers.iter().flat_map(|l| l.queries.clone()).collect();
-            let window = fused::HostWindow {
+            let window = HostWindow {
                 keys: &keys,
                 values: &values,
                 batch,
@@ -236,7 +235,7 @@ fn decode_window_equals_attention_over_the_rounded_window() {
                 );
             }
             // What does not fit is refused, not read out of bounds.
-            let short = fused::HostWindow {
+            let short = HostWindow {
                 len: capacity + 1,
                 ..window
             };

@@ -26,11 +26,14 @@ use std::path::Path;
 
 use crate::backend::Backend;
 use crate::cache::CacheConfig;
+#[cfg(doc)]
+use crate::cache::KiviConfig;
 use crate::error::LoadError;
 use crate::gguf::{GgufHeader, Metadata};
 use crate::loader::{model_files, ModelFiles};
 use crate::model::ModelConfig;
 use crate::weights::safetensors::{read_json, shard_paths};
+use kivi_kernels::Kernels;
 
 /// What a model needs in memory, in bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,7 +86,8 @@ pub struct KvShape {
 
 /// Bytes of one model's KV caches holding `tokens` positions on `backend`: a full cache
 /// holds keys and values in [`Backend::full_cache_dtype`]; a KIVI cache holds its scales,
-/// zeros and residual window in [`Backend::storage_dtype`].
+/// zeros and residual window in [`Backend::storage_dtype`] (on the host kernels, window
+/// buffers with room for [`KiviConfig::residual_room`] tokens).
 pub fn kv_cache_bytes(
     shape: KvShape,
     tokens: usize,
@@ -110,7 +114,11 @@ pub fn kv_cache_bytes(
             let quantized =
                 kivi_kernels::quantized_len(tokens - sinks, k.residual_length(), k.group_size())
                     as u64;
-            let residual = t - quantized;
+            // The host kernels' window buffers keep room for the largest window.
+            let residual = match backend.kernels() {
+                Kernels::Host if t > quantized => (t - quantized).max(k.residual_room() as u64),
+                _ => t - quantized,
+            };
             let value_group = g.min(d).max(1);
             let keys =
                 quantized * d * u64::from(k.key_bits()) / 8 + quantized / g * d * 2 * dtype_bytes;
@@ -282,22 +290,31 @@ mod tests {
 
     #[test]
     fn kivi_cache_bytes_follow_the_flush_rule() {
+        use crate::backend::{Device, Precision};
         let k2 = CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 128).unwrap());
+        // A Mac's backend: float16 throughout, every buffer the size of its content.
+        let mac = Backend::mlx(Device::Gpu, Precision::F16);
         // Within the window (R + G - 1 tokens) everything is full precision.
-        // The host backend computes in float32: the window, scales and zeros are float16.
-        let one = |t| kv_cache_bytes(SHAPE, t, &k2, &Backend::HOST) / 90;
+        let one = |t| kv_cache_bytes(SHAPE, t, &k2, &mac) / 90;
         assert_eq!(one(159), 2 * 159 * 64 * 2);
         // One token more and a group of 32 is quantized: 2 bits per element plus a scale
         // and a zero per key channel and per value group.
         let quantized = 32 * 64 * 2 / 8 * 2 + (64 + 32 * 2) * 2 * 2;
         assert_eq!(one(160), quantized + 2 * 128 * 64 * 2);
+        // The host backend computes in float32 and stores the window, scales and zeros in
+        // float16; its window buffers keep room for R + G - 1 tokens.
+        let host = |t| kv_cache_bytes(SHAPE, t, &k2, &Backend::HOST) / 90;
+        assert_eq!(host(159), one(159));
+        assert_eq!(host(160), quantized + 2 * 159 * 64 * 2);
+        assert_eq!(host(10), 2 * 159 * 64 * 2);
+        assert_eq!(host(0), 0);
         let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, &Backend::HOST);
         let kivi = kv_cache_bytes(SHAPE, 8192, &k2, &Backend::HOST);
         assert!(kivi * 5 / 2 < full, "{kivi} vs {full}");
         // Four sinks: the first group is quantized four tokens later, and the sinks count
         // as full precision.
         let s4: CacheConfig = "k2v2-g32-r128-s4".parse().unwrap();
-        let one = |t| kv_cache_bytes(SHAPE, t, &s4, &Backend::HOST) / 90;
+        let one = |t| kv_cache_bytes(SHAPE, t, &s4, &mac) / 90;
         assert_eq!(one(163), 2 * 163 * 64 * 2);
         assert_eq!(one(164), quantized + 2 * (4 + 128) * 64 * 2);
     }

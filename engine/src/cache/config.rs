@@ -247,6 +247,12 @@ impl KiviConfig {
         self.residual_length + self.group_size - 1
     }
 
+    /// Tokens the residual buffers hold on the host kernels, which write the window in
+    /// place: the sinks and the largest window (`S + R + G - 1`).
+    pub fn residual_room(&self) -> usize {
+        self.sinks + self.residual_capacity()
+    }
+
     /// Key bits and group size, for the kernels.
     pub fn key_spec(&self) -> QuantSpec {
         QuantSpec::new(self.key_bits, self.group_size).expect("validated")

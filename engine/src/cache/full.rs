@@ -31,12 +31,10 @@ use mlx_rs::{
     Array, Dtype,
 };
 
-use half::{f16, slice::HalfFloatSliceExt};
-
-use super::{CacheError, CacheState, KvCache, LayerKvStats};
+use super::{host_kv::HostKv, CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
 use kivi_kernels::{
-    fused::{self, HostWindow},
+    fused,
     host::{
         attention::{self as host_attention, Segment, Shape},
         readable,
@@ -132,128 +130,6 @@ impl MlxKv {
     }
 }
 
-/// Host buffers: pair `p = b * H + h` holds tokens at `p * capacity * D`.
-struct HostKv {
-    batch: usize,
-    heads: usize,
-    key_dim: usize,
-    value_dim: usize,
-    len: usize,
-    capacity: usize,
-    keys: Vec<f16>,
-    values: Vec<f16>,
-}
-
-impl HostKv {
-    fn new(batch: usize, heads: usize, key_dim: usize, value_dim: usize) -> Self {
-        Self {
-            batch,
-            heads,
-            key_dim,
-            value_dim,
-            len: 0,
-            capacity: 0,
-            keys: Vec::new(),
-            values: Vec::new(),
-        }
-    }
-
-    fn pairs(&self) -> usize {
-        self.batch * self.heads
-    }
-
-    /// Makes room for `needed` tokens: exactly for the first append, with headroom after.
-    fn reserve(&mut self, needed: usize) {
-        if needed <= self.capacity {
-            return;
-        }
-        let capacity = if self.capacity == 0 {
-            needed
-        } else {
-            needed + (needed / 64).max(4)
-        };
-        let (pairs, old_capacity, len) = (self.pairs(), self.capacity, self.len);
-        let grow = |old: &[f16], dim: usize| -> Vec<f16> {
-            let mut new = vec![f16::ZERO; pairs * capacity * dim];
-            for p in 0..pairs {
-                let from = &old[p * old_capacity * dim..][..len * dim];
-                new[p * capacity * dim..][..len * dim].copy_from_slice(from);
-            }
-            new
-        };
-        self.keys = grow(&self.keys, self.key_dim);
-        self.values = grow(&self.values, self.value_dim);
-        self.capacity = capacity;
-    }
-
-    /// Appends `[B, H, L, D]` keys and values given as host slices, rounded to float16.
-    fn append(&mut self, keys: &[f32], values: &[f32], len: usize) {
-        self.reserve(self.len + len);
-        let (cap, at) = (self.capacity, self.len);
-        for (buffer, new, dim) in [
-            (&mut self.keys, keys, self.key_dim),
-            (&mut self.values, values, self.value_dim),
-        ] {
-            for p in 0..self.batch * self.heads {
-                buffer[(p * cap + at) * dim..][..len * dim]
-                    .convert_from_f32_slice(&new[p * len * dim..][..len * dim]);
-            }
-        }
-        self.len += len;
-    }
-
-    /// The held keys or values in float32, `[B * H, len, D]`, for a prompt chunk's
-    /// products.
-    fn float32(&self, keys: bool) -> Vec<f32> {
-        let (data, dim) = if keys {
-            (&self.keys, self.key_dim)
-        } else {
-            (&self.values, self.value_dim)
-        };
-        let mut out = vec![0f32; self.pairs() * self.len * dim];
-        for (p, out) in out.chunks_exact_mut(self.len * dim).enumerate() {
-            data[p * self.capacity * dim..][..self.len * dim].convert_to_f32_slice(out);
-        }
-        out
-    }
-
-    fn window(&self) -> HostWindow<'_> {
-        HostWindow {
-            keys: &self.keys,
-            values: &self.values,
-            batch: self.batch,
-            kv_heads: self.heads,
-            key_dim: self.key_dim,
-            value_dim: self.value_dim,
-            len: self.len,
-            capacity: self.capacity,
-        }
-    }
-
-    /// The first `len` tokens as `[B, H, len, D]` float16 arrays.
-    fn arrays(&self) -> (Array, Array) {
-        let copy = |buffer: &[f16], dim: usize| {
-            let mut out = Vec::with_capacity(self.pairs() * self.len * dim);
-            for p in 0..self.pairs() {
-                out.extend_from_slice(&buffer[p * self.capacity * dim..][..self.len * dim]);
-            }
-            Array::from_slice(
-                &out,
-                &[
-                    self.batch as i32,
-                    self.heads as i32,
-                    self.len as i32,
-                    dim as i32,
-                ],
-            )
-        };
-        (
-            copy(&self.keys, self.key_dim),
-            copy(&self.values, self.value_dim),
-        )
-    }
-}
-
 impl FullCache {
     /// An empty cache for a model running on `backend`.
     pub fn new(backend: Backend) -> Self {
@@ -318,7 +194,7 @@ impl KvCache for FullCache {
         }
         match &mut self.store {
             Store::Host(host) => {
-                if (host.batch, host.heads, host.key_dim, host.value_dim) != (b, h, dk, dv) {
+                if !host.fits(b, h, dk, dv) {
                     return Err(CacheError::Shape(format!(
                         "new keys {:?} and values {:?} differ from those held",
                         keys.shape(),
@@ -342,7 +218,8 @@ impl KvCache for FullCache {
                 let out = if l == 1 {
                     fused::decode_window(slice(&q)?, qh, host.window(), scale)?
                 } else {
-                    let (keys, values) = (host.float32(true), host.float32(false));
+                    let window = host.window();
+                    let (keys, values) = (window.float32(true), window.float32(false));
                     let segment = |data, dim: usize| Segment {
                         data,
                         len: host.len,
@@ -424,7 +301,7 @@ impl KvCache for FullCache {
             ),
             Store::Host(host) => (
                 host.len,
-                ((host.keys.len() + host.values.len()) * std::mem::size_of::<f16>()) as u64,
+                host.bytes(),
                 (host.pairs() * host.len * (host.key_dim + host.value_dim)) as u64,
             ),
         };
@@ -451,7 +328,7 @@ impl KvCache for FullCache {
                 ]
             }
             Store::Host(host) => {
-                let (keys, values) = host.arrays();
+                let (keys, values) = host.window().arrays();
                 vec![("keys".to_string(), keys), ("values".to_string(), values)]
             }
         };

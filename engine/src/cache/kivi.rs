@@ -1,12 +1,13 @@
 //! The KIVI cache: quantized history plus a full-precision residual window, per layer.
 //!
-//! Storage, all MLX arrays (`B` batch, `H` KV heads, `D` head_dim):
+//! Storage (`B` batch, `H` KV heads, `D` head_dim), MLX arrays but for the host window:
 //! - keys per channel: packed `[B, H, D, Tq * b / 32]` (`u32`), scales and zeros
 //!   `[B, H, D, Tq / G]` — keys are stored transposed so a group runs along tokens;
 //!   per token (ablation): `[B, H, Tq, D * b / 32]`, `[B, H, Tq, D / G']`;
 //! - values: packed `[B, H, Tq, D * b / 32]`, scales and zeros `[B, H, Tq, D / G']`, where
 //!   `G'` is the group size clamped to the head (`QuantSpec::for_axis`);
-//! - residual keys and values `[B, H, Tr, D]` in the compute dtype.
+//! - residual keys and values `[B, H, Tr, D]` in the storage dtype: MLX arrays, or host
+//!   float16 buffers with room for the largest window, written in place (`kivi_window.rs`).
 //!
 //! Scales, zeros and the residual window are stored in the backend's storage dtype
 //! ([`Backend::storage_dtype`]: float16 when the model computes in float32, the compute
@@ -30,15 +31,15 @@
 //!   once. Every token is rotated on its own, so both keep the cache a function of the
 //!   token stream alone.
 //!
-//! Every buffer is exactly the size of its content (appends concatenate, cuts copy), so
-//! `held_bytes` is the sum of the arrays' `nbytes()` with no slack to account for. The
-//! arrays are lazy until the caller evaluates the attention output (or calls
-//! [`KiviCache::eval`]).
+//! The history's buffers are exactly the size of their content (appends concatenate, cuts
+//! copy); a host window keeps room for `S + R + G - 1` tokens. `held_bytes` is what the
+//! buffers hold, that room included. MLX arrays are lazy until the caller evaluates the
+//! attention output (or calls [`KiviCache::eval`]).
 //!
-//! The backend chooses the kernels: with the host kernels, new tokens join the window on
-//! the host (`kivi_window.rs`), flushed tokens are quantized and joined to the history on
-//! the host ([`kivi_kernels::host::quantize`]) and attention runs the CPU kernels; with
-//! MLX, all three are MLX operations, the path a Mac runs. The two give the same arrays bit for bit
+//! The backend chooses the kernels: with the host kernels, new tokens are written into the
+//! host window (`kivi_window.rs`), flushed tokens are quantized and joined to the history
+//! on the host ([`kivi_kernels::host::quantize`]) and attention runs the CPU kernels; with
+//! MLX, all three are MLX operations, the path a Mac runs. The two give the same bits
 //! (`kivi_tests.rs`).
 
 use kivi_kernels::{
@@ -52,6 +53,7 @@ use mlx_rs::{ops, transforms::eval, Array, Dtype};
 use super::config::KiviConfig;
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
+use window::{HostAppend, Roll, Window};
 
 /// Shapes fixed by the first append: batch, KV heads, key and value head_dim, and the
 /// storage dtype of scales, zeros and the residual window.
@@ -88,8 +90,7 @@ pub struct KiviCache {
     dims: Option<Dims>,
     keys: Option<QuantizedArray>,
     values: Option<QuantizedArray>,
-    residual_keys: Option<Array>,
-    residual_values: Option<Array>,
+    window: Option<Window>,
     tokens: usize,
     quantized: usize,
     /// Which kernels append to the window and attend.
@@ -122,8 +123,7 @@ impl KiviCache {
             dims: None,
             keys: None,
             values: None,
-            residual_keys: None,
-            residual_values: None,
+            window: None,
             tokens: 0,
             quantized: 0,
             kernels,
@@ -162,12 +162,42 @@ impl KiviCache {
             self.config.group_size(),
         );
         let flush = quantized - self.quantized;
-        // Build the new state aside and commit it at the end, so that an error leaves the
+        // Work the change out aside and commit it at the end, so that an error leaves the
         // cache as it was.
-        let (old_k, keep_k) = self.roll(self.residual_keys.as_ref(), keys, sinks, flush, dims)?;
-        let (old_v, keep_v) =
-            self.roll(self.residual_values.as_ref(), values, sinks, flush, dims)?;
-        if let (Some(old_k), Some(old_v)) = (old_k, old_v) {
+        let host_tokens = match self.kernels {
+            Kernels::Host => Some((readable::<f32>(keys)?, readable::<f32>(values)?)),
+            Kernels::Mlx => None,
+        };
+        let (flushed, roll) = match &host_tokens {
+            Some((k, v)) => {
+                let [b, h, dk, dv] = [dims.batch, dims.heads, dims.key_dim, dims.value_dim];
+                let add = HostAppend {
+                    keys: host_floats(k)?,
+                    values: host_floats(v)?,
+                    shape: [b as usize, h as usize, len, dk as usize, dv as usize],
+                    sinks,
+                    flush,
+                    room: self.config.residual_room(),
+                };
+                window::roll_host(self.window.as_ref(), add)?
+            }
+            None => {
+                let (held_k, held_v) = match &self.window {
+                    Some(Window::Mlx { keys, values }) => (Some(keys), Some(values)),
+                    Some(Window::Host(_)) => {
+                        return Err(CacheError::Shape("a host window on MLX kernels".into()))
+                    }
+                    None => (None, None),
+                };
+                let (old_k, keep_k) = window::roll_mlx(held_k, keys, sinks, flush, dims.dtype)?;
+                let (old_v, keep_v) = window::roll_mlx(held_v, values, sinks, flush, dims.dtype)?;
+                let keep = keep_k
+                    .zip(keep_v)
+                    .map(|(keys, values)| Window::Mlx { keys, values });
+                (old_k.zip(old_v), Roll::Mlx(keep))
+            }
+        };
+        if let Some((old_k, old_v)) = flushed {
             let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
             let new_v = self.quantize(&old_v, self.value_spec(dims)?, false)?;
             let all_k = self.extend(self.keys.as_ref(), new_k, key_axis)?;
@@ -175,50 +205,20 @@ impl KiviCache {
             self.keys = Some(all_k);
             self.values = Some(all_v);
         }
-        self.residual_keys = keep_k;
-        self.residual_values = keep_v;
+        self.window = roll.commit(self.window.take());
         self.dims = Some(dims);
         self.tokens = total;
         self.quantized = quantized;
         Ok(())
     }
 
-    /// The residual `held` (its sinks, then the window) followed by `new` (rounded to the
-    /// storage dtype), split into the `flush` tokens after its first `sinks`, to be
-    /// quantized, and the rest, the new residual; either part is `None` when empty. On the
-    /// host with the host kernels, else as MLX operations.
-    fn roll(
-        &self,
-        held: Option<&Array>,
-        new: &Array,
-        sinks: usize,
-        flush: usize,
-        dims: Dims,
-    ) -> Result<(Option<Array>, Option<Array>), CacheError> {
-        if self.kernels == Kernels::Host {
-            return window::roll(held, new, sinks, flush);
-        }
-        let joined = join(held, &new.as_dtype(dims.dtype)?)?;
-        if flush == 0 {
-            return Ok((None, Some(joined.contiguous()?)));
-        }
-        let (before, rest) = match sinks {
-            0 => (None, joined),
-            s => {
-                let (sunk, rest) = split_tokens(&joined, s as i32)?;
-                (
-                    Some(sunk),
-                    rest.expect("a flush leaves tokens after the sinks"),
-                )
-            }
+    /// Keeps the first `keep` residual tokens.
+    fn keep_window(&mut self, keep: usize) -> Result<(), CacheError> {
+        self.window = match self.window.take() {
+            Some(w) => w.truncated(keep)?,
+            None => None,
         };
-        let (old, after) = split_tokens(&rest, flush as i32)?;
-        let keep = match (before, after) {
-            (Some(a), Some(b)) => Some(ops::concatenate(&[a, b], 2)?),
-            (a, b) => a.or(b),
-        };
-        // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
-        Ok((Some(old), keep.map(|a| a.contiguous()).transpose()?))
+        Ok(())
     }
 
     /// `x·H` along the last axis when `on` (KIVI+'s basis), computed in float32 and
@@ -252,8 +252,7 @@ impl KiviCache {
             keys: self.keys.as_ref(),
             key_axis: self.config.key_axis(),
             values: self.values.as_ref(),
-            residual_keys: self.residual_keys.as_ref(),
-            residual_values: self.residual_values.as_ref(),
+            residual: self.window.as_ref().map(Window::view),
             sinks: sink_len(self.tokens, self.config.sinks()),
         }
     }
@@ -268,15 +267,17 @@ impl KiviCache {
         let sinks = sink_len(self.tokens, self.config.sinks()) as i32;
         let (mut keys, mut values) = (Vec::new(), Vec::new());
         let mut window = Vec::new();
-        for (held, into) in [
-            (&self.residual_keys, &mut keys),
-            (&self.residual_values, &mut values),
-        ] {
+        let residual = self.window.as_ref().map(Window::arrays);
+        let (held_k, held_v) = (
+            residual.as_ref().map(|r| &r.0),
+            residual.as_ref().map(|r| &r.1),
+        );
+        for (held, into) in [(held_k, &mut keys), (held_v, &mut values)] {
             if let Some(a) = held {
                 let (sunk, rest) = match sinks {
                     0 => (None, Some(a.clone())),
                     s => {
-                        let (sunk, rest) = split_tokens(a, s)?;
+                        let (sunk, rest) = window::split_tokens(a, s)?;
                         (Some(sunk), rest)
                     }
                 };
@@ -301,42 +302,47 @@ impl KiviCache {
     }
 
     /// The buffers held, by name: `keys.packed`, `keys.scales`, `keys.zeros`, the same for
-    /// `values`, `residual.keys`, `residual.values` (those that exist).
-    pub fn arrays(&self) -> Vec<(&'static str, &Array)> {
-        let mut named = Vec::new();
-        if let Some(k) = &self.keys {
-            named.extend([
-                ("keys.packed", &k.packed),
-                ("keys.scales", &k.scales),
-                ("keys.zeros", &k.zeros),
-            ]);
-        }
-        if let Some(v) = &self.values {
-            named.extend([
-                ("values.packed", &v.packed),
-                ("values.scales", &v.scales),
-                ("values.zeros", &v.zeros),
-            ]);
-        }
-        if let Some(k) = &self.residual_keys {
-            named.push(("residual.keys", k));
-        }
-        if let Some(v) = &self.residual_values {
-            named.push(("residual.values", v));
+    /// `values`, `residual.keys`, `residual.values` (those that exist). A host window is
+    /// copied into arrays of exactly its tokens.
+    pub fn arrays(&self) -> Vec<(&'static str, Array)> {
+        let mut named = self.quantized_arrays();
+        if let Some(w) = &self.window {
+            let (keys, values) = w.arrays();
+            named.extend([("residual.keys", keys), ("residual.values", values)]);
         }
         named
     }
 
-    /// Held bytes by kind, from the arrays' `nbytes()`.
-    pub fn bytes(&self) -> KiviBytes {
-        let mut bytes = KiviBytes::default();
-        for (name, array) in self.arrays() {
-            let n = array.nbytes() as u64;
-            match name {
-                "keys.packed" | "values.packed" => bytes.packed += n,
-                "residual.keys" | "residual.values" => bytes.residual += n,
-                _ => bytes.params += n,
+    /// The quantized history's arrays, by name.
+    fn quantized_arrays(&self) -> Vec<(&'static str, Array)> {
+        let mut named = Vec::new();
+        for (q, [packed, scales, zeros]) in [
+            (&self.keys, ["keys.packed", "keys.scales", "keys.zeros"]),
+            (
+                &self.values,
+                ["values.packed", "values.scales", "values.zeros"],
+            ),
+        ] {
+            if let Some(q) = q {
+                named.extend([
+                    (packed, q.packed.clone()),
+                    (scales, q.scales.clone()),
+                    (zeros, q.zeros.clone()),
+                ]);
             }
+        }
+        named
+    }
+
+    /// Held bytes by kind, from the buffers' sizes (nothing is evaluated or copied).
+    pub fn bytes(&self) -> KiviBytes {
+        let mut bytes = KiviBytes {
+            residual: self.window.as_ref().map_or(0, Window::bytes),
+            ..KiviBytes::default()
+        };
+        for q in self.keys.iter().chain(&self.values) {
+            bytes.packed += q.packed.nbytes() as u64;
+            bytes.params += (q.scales.nbytes() + q.zeros.nbytes()) as u64;
         }
         bytes
     }
@@ -344,7 +350,14 @@ impl KiviCache {
     /// Evaluates every held array, so that no graph (and no input it references) stays
     /// alive behind them.
     pub fn eval(&self) -> Result<(), CacheError> {
-        Ok(eval(self.arrays().into_iter().map(|(_, a)| a))?)
+        let mut arrays: Vec<&Array> = Vec::new();
+        for q in self.keys.iter().chain(&self.values) {
+            arrays.extend(q.arrays());
+        }
+        if let Some(Window::Mlx { keys, values }) = &self.window {
+            arrays.extend([keys, values]);
+        }
+        Ok(eval(arrays)?)
     }
 
     /// Keys `[B, H, F, D]` quantized, and the axis along which they join the history.
@@ -453,22 +466,10 @@ impl KiviCache {
     }
 }
 
-/// The residual window followed by the new tokens, along the token axis.
-fn join(held: Option<&Array>, new: &Array) -> Result<Array, CacheError> {
-    Ok(match held {
-        Some(old) => ops::concatenate(&[old, new], 2)?,
-        None => new.clone(),
-    })
-}
-
-/// The first `n` tokens and the rest (`None` when empty).
-fn split_tokens(window: &Array, n: i32) -> Result<(Array, Option<Array>), CacheError> {
-    if n == window.dim(2) {
-        return Ok((window.clone(), None));
-    }
-    let mut parts = window.split_at_indices(&[n], Some(2))?.into_iter();
-    let head = parts.next().expect("two parts");
-    Ok((head, parts.next()))
+/// A float32 array's data on the host.
+fn host_floats(a: &Array) -> Result<&[f32], CacheError> {
+    a.try_as_slice::<f32>()
+        .map_err(|e| CacheError::Shape(format!("cannot read new tokens on the host: {e}")))
 }
 
 impl KvCache for KiviCache {
@@ -515,13 +516,8 @@ impl KvCache for KiviCache {
         let sinks = sink_len(self.tokens, self.config.sinks());
         let in_residual = len >= sinks + self.quantized;
         if in_residual || len <= sinks {
-            let keep = (len - if in_residual { self.quantized } else { 0 }) as i32;
-            for held in [&mut self.residual_keys, &mut self.residual_values] {
-                *held = match held.take() {
-                    Some(a) if keep > 0 => Some(split_tokens(&a, keep)?.0.contiguous()?),
-                    _ => None,
-                };
-            }
+            let keep = len - if in_residual { self.quantized } else { 0 };
+            self.keep_window(keep)?;
             if !in_residual {
                 self.keys = None;
                 self.values = None;
@@ -543,15 +539,10 @@ impl KvCache for KiviCache {
                 _ => None,
             };
             // The window goes; the sinks stay.
-            for held in [&mut self.residual_keys, &mut self.residual_values] {
-                *held = match held.take() {
-                    Some(a) if sinks > 0 => Some(split_tokens(&a, sinks as i32)?.0.contiguous()?),
-                    _ => None,
-                };
-            }
+            self.keep_window(sinks)?;
             self.quantized = keep;
         }
-        self.tokens = self.quantized + self.residual_keys.as_ref().map_or(0, |k| k.dim(2) as usize);
+        self.tokens = self.quantized + self.window.as_ref().map_or(0, Window::len);
         if self.tokens == 0 {
             self.dims = None;
         }
@@ -583,7 +574,7 @@ impl KvCache for KiviCache {
             arrays: self
                 .arrays()
                 .into_iter()
-                .map(|(n, a)| (n.to_string(), a.clone()))
+                .map(|(n, a)| (n.to_string(), a))
                 .collect(),
         })
     }

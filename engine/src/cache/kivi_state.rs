@@ -7,7 +7,7 @@ use kivi_kernels::{
 };
 use mlx_rs::{Array, Dtype};
 
-use super::{Dims, KiviCache};
+use super::{window::Window, Dims, KiviCache};
 use crate::cache::{CacheError, CacheState, KiviConfig};
 
 impl KiviCache {
@@ -21,6 +21,7 @@ impl KiviCache {
     ) -> Result<Self, CacheError> {
         let bad = |why: String| CacheError::State(why);
         let mut cache = Self::empty(config, kernels, storage);
+        let (mut residual_keys, mut residual_values) = (None, None);
         for (name, array) in state.arrays {
             let slot = match name.as_str() {
                 "keys.packed" | "keys.scales" | "keys.zeros" => cache
@@ -30,11 +31,11 @@ impl KiviCache {
                     .values
                     .get_or_insert_with(|| placeholder(config.value_spec())),
                 "residual.keys" => {
-                    cache.residual_keys = Some(array);
+                    residual_keys = Some(array);
                     continue;
                 }
                 "residual.values" => {
-                    cache.residual_values = Some(array);
+                    residual_values = Some(array);
                     continue;
                 }
                 other => return Err(bad(format!("unknown array {other:?}"))),
@@ -45,17 +46,29 @@ impl KiviCache {
                 _ => slot.zeros = array,
             }
         }
-        let dims = cache.check_state(state.tokens)?;
+        if residual_keys.is_some() != residual_values.is_some() {
+            return Err(bad("keys and values are held unevenly".into()));
+        }
+        let residual = residual_keys.zip(residual_values);
+        let dims = cache.check_state(state.tokens, residual.as_ref().map(|(k, v)| (k, v)))?;
         cache.dims = dims;
+        cache.window = residual
+            .map(|(k, v)| {
+                Window::from_arrays(k, v, kernels == Kernels::Host, config.residual_room())
+            })
+            .transpose()?;
         Ok(cache)
     }
 
-    /// Checks every held array against the settings and each other; sets the counts.
-    fn check_state(&mut self, tokens: usize) -> Result<Option<Dims>, CacheError> {
+    /// Checks every held array (the history's and the `residual` window's) against the
+    /// settings and each other; sets the counts.
+    fn check_state(
+        &mut self,
+        tokens: usize,
+        residual: Option<(&Array, &Array)>,
+    ) -> Result<Option<Dims>, CacheError> {
         let bad = |why: String| Err(CacheError::State(why));
-        if self.keys.is_some() != self.values.is_some()
-            || self.residual_keys.is_some() != self.residual_values.is_some()
-        {
+        if self.keys.is_some() != self.values.is_some() {
             return bad("keys and values are held unevenly".into());
         }
         // Every array is 4-D before any of its axes is read.
@@ -64,16 +77,12 @@ impl KiviCache {
             .iter()
             .chain(&self.values)
             .flat_map(|q| q.arrays());
-        let residual_arrays = self.residual_keys.iter().chain(&self.residual_values);
+        let residual_arrays = residual.into_iter().flat_map(|(k, v)| [k, v]);
         for a in quantized_arrays.chain(residual_arrays) {
             if a.ndim() != 4 {
                 return bad(format!("cache arrays must be 4-D, got {:?}", a.shape()));
             }
         }
-        let residual = self
-            .residual_keys
-            .as_ref()
-            .zip(self.residual_values.as_ref());
         let (quantized, dims) = match (&self.keys, &self.values) {
             (Some(k), Some(v)) => {
                 let &[b, h, tq, packed_dv] = v.packed.shape() else {

@@ -1,86 +1,259 @@
-//! The residual window's append on host memory, for the host kernels.
+//! The KIVI cache's residual window: its sinks and newest tokens in full precision.
 //!
-//! A decode step appends one token per layer. Done as MLX operations (a float16 conversion,
-//! a concatenation and a copy for keys and for values), that is six operations the fused
-//! attention kernel then has to evaluate, and on MLX's CPU back end each evaluation is a
-//! round trip to its stream thread that costs more than the work itself. Here the window
-//! is rebuilt on the host instead: the held float16 window is copied, the new float32
-//! tokens are rounded to float16 (round to nearest even, as MLX's conversion) behind it,
-//! and the result is split into the oldest `flush` tokens (handed to the quantizer) and the
-//! rest (the new window), each a new, evaluated MLX array of exactly its size.
+//! With the MLX kernels (the Mac's path) the window is two MLX arrays of exactly its size,
+//! rebuilt as MLX operations at each append. With the host kernels it is a pair of float16
+//! host buffers written in place ([`HostKv`]): a decode step writes one row per head,
+//! and a flush moves the window's newest rows down over the group that left it. Rebuilding
+//! the window as new arrays copied it twice per layer and token (about 7 µs per layer,
+//! 0.2 ms of a SmolLM2 decode step), and a flush's copies more.
 //!
-//! The arrays are the same bits as the MLX path's (`kivi_tests.rs` compares the two), so
-//! one prefill, any chunking and token-by-token decode still give the same cache.
+//! Both hold the same bits (new tokens rounded to float16 as MLX rounds them), so one
+//! prefill, any chunking and token-by-token decode still give the same cache on either
+//! (`kivi_tests.rs` compares them).
 
-use half::{f16, slice::HalfFloatSliceExt};
-use kivi_kernels::host::readable;
-use mlx_rs::Array;
+use half::f16;
+use kivi_kernels::{host::readable, Residual};
+use mlx_rs::{ops, Array, Dtype};
 
+use crate::cache::host_kv::HostKv;
 use crate::cache::CacheError;
 
-/// The residual `held` (float16, `[B, H, Tr, D]`) followed by `new` (float32,
-/// `[B, H, L, D]`), split into the `flush` tokens after its first `sinks` (to be quantized)
-/// and the rest (the sinks, then the new window). Either part is `None` when empty. The host
-/// backend computes in float32 and stores in float16; other dtypes are converted as they
-/// are read.
-pub(super) fn roll(
+/// The residual tokens (the sinks, then the window).
+#[derive(Debug, Clone)]
+pub(super) enum Window {
+    /// `[B, H, Tr, D]` arrays in the storage dtype.
+    Mlx { keys: Array, values: Array },
+    /// Float16 host buffers with room for the most tokens the window holds.
+    Host(HostKv),
+}
+
+/// The tokens an append flushed out of the window, `[B, H, F, D]`, to be quantized.
+pub(super) type Flushed = Option<(Array, Array)>;
+
+impl Window {
+    /// Tokens held.
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Window::Mlx { keys, .. } => keys.dim(2) as usize,
+            Window::Host(host) => host.len,
+        }
+    }
+
+    /// The window as the attention kernels read it.
+    pub(super) fn view(&self) -> Residual<'_> {
+        match self {
+            Window::Mlx { keys, values } => Residual::Arrays { keys, values },
+            Window::Host(host) => Residual::Host(host.window()),
+        }
+    }
+
+    /// Keys and values as `[B, H, Tr, D]` arrays (the host buffers copied).
+    pub(super) fn arrays(&self) -> (Array, Array) {
+        match self {
+            Window::Mlx { keys, values } => (keys.clone(), values.clone()),
+            Window::Host(host) => host.window().arrays(),
+        }
+    }
+
+    /// Bytes allocated (a host window's room for its largest size included).
+    pub(super) fn bytes(&self) -> u64 {
+        match self {
+            Window::Mlx { keys, values } => (keys.nbytes() + values.nbytes()) as u64,
+            Window::Host(host) => host.bytes(),
+        }
+    }
+
+    /// Restored from saved arrays (already checked), for the kernels named.
+    pub(super) fn from_arrays(
+        keys: Array,
+        values: Array,
+        host: bool,
+        room: usize,
+    ) -> Result<Self, CacheError> {
+        if !host {
+            return Ok(Window::Mlx { keys, values });
+        }
+        let &[b, h, t, dk] = keys.shape() else {
+            return Err(CacheError::State("a window must be 4-D".into()));
+        };
+        let mut store = HostKv::new(b as usize, h as usize, dk as usize, values.dim(3) as usize);
+        store.resize(room.max(t as usize));
+        let (k, v) = (readable::<f32>(&keys)?, readable::<f32>(&values)?);
+        store.append(floats(&k)?, floats(&v)?, t as usize);
+        Ok(Window::Host(store))
+    }
+
+    /// The first `keep` tokens (`None` when that is none).
+    pub(super) fn truncated(self, keep: usize) -> Result<Option<Self>, CacheError> {
+        if keep == 0 {
+            return Ok(None);
+        }
+        Ok(Some(match self {
+            Window::Mlx { keys, values } => {
+                let first = |a: &Array| -> Result<Array, CacheError> {
+                    // A slice keeps its parent buffer alive: copy, so that the held bytes are
+                    // exact.
+                    Ok(split_tokens(a, keep as i32)?.0.contiguous()?)
+                };
+                Window::Mlx {
+                    keys: first(&keys)?,
+                    values: first(&values)?,
+                }
+            }
+            Window::Host(mut host) => {
+                // The buffers keep their room: new tokens usually follow at once.
+                host.len = keep.min(host.len);
+                Window::Host(host)
+            }
+        }))
+    }
+}
+
+/// New float32 tokens for a host window: `keys` and `values` `[B, H, L, D]` (`shape` is
+/// `[B, H, L, Dk, Dv]`), with `flush` tokens after the first `sinks` leaving the window;
+/// `room`: the most tokens the window holds after an append (its buffers' size).
+pub(super) struct HostAppend<'a> {
+    pub(super) keys: &'a [f32],
+    pub(super) values: &'a [f32],
+    pub(super) shape: [usize; 5],
+    pub(super) sinks: usize,
+    pub(super) flush: usize,
+    pub(super) room: usize,
+}
+
+/// An append to the window, worked out before anything changes, so that an error (in the
+/// quantizer, after this) leaves the cache as it was.
+pub(super) enum Roll<'a> {
+    /// The new window, built aside (MLX operations).
+    Mlx(Option<Window>),
+    /// The tokens to write into the host buffers.
+    Host(HostAppend<'a>),
+}
+
+impl Roll<'_> {
+    /// The window after the append, given the one before it.
+    pub(super) fn commit(self, held: Option<Window>) -> Option<Window> {
+        let add = match self {
+            Roll::Mlx(window) => return window,
+            Roll::Host(add) => add,
+        };
+        let [batch, heads, len, key_dim, value_dim] = add.shape;
+        let mut store = match held {
+            Some(Window::Host(store)) => store,
+            _ => HostKv::new(batch, heads, key_dim, value_dim),
+        };
+        let (sinks, flush, room) = (add.sinks, add.flush, add.room);
+        if flush > 0 && sinks + flush <= store.len {
+            // A decode step's flush: the group leaves before the token arrives, so the
+            // window never needs room for more than it keeps.
+            store.remove(sinks, flush);
+            store.reserve(room.max(store.len + len));
+            store.append(add.keys, add.values, len);
+        } else {
+            store.reserve(room.max(store.len + len));
+            store.append(add.keys, add.values, len);
+            store.remove(sinks, flush);
+        }
+        // A prompt chunk grew the buffers; the window is back within its room.
+        store.resize(room);
+        (store.len > 0).then_some(Window::Host(store))
+    }
+}
+
+/// The tokens `add` flushes out of the host window `held` (rounded to float16 as they
+/// enter), and the change, checked.
+pub(super) fn roll_host<'a>(
+    held: Option<&Window>,
+    add: HostAppend<'a>,
+) -> Result<(Flushed, Roll<'a>), CacheError> {
+    let [batch, heads, len, key_dim, value_dim] = add.shape;
+    let (sinks, flush) = (add.sinks, add.flush);
+    let empty;
+    let store = match held {
+        Some(Window::Host(store)) => store,
+        Some(Window::Mlx { .. }) => {
+            return Err(CacheError::Shape(
+                "an MLX window cannot take host tokens".into(),
+            ))
+        }
+        None => {
+            empty = HostKv::new(batch, heads, key_dim, value_dim);
+            &empty
+        }
+    };
+    if !store.fits(batch, heads, key_dim, value_dim)
+        || add.keys.len() != batch * heads * len * key_dim
+        || add.values.len() != batch * heads * len * value_dim
+    {
+        return Err(CacheError::Shape(format!(
+            "new tokens {batch} x {heads} x {len} of {key_dim} and {value_dim} do not fit the \
+             window"
+        )));
+    }
+    if sinks + flush > store.len + len {
+        return Err(CacheError::Shape(format!(
+            "cannot quantize {flush} of {} window tokens after {sinks} sinks",
+            store.len + len
+        )));
+    }
+    let flushed = (flush > 0).then(|| {
+        let (k, v) = store.rows_with(add.keys, add.values, len, sinks, flush);
+        let array = |data: &[f16], dim: usize| {
+            Array::from_slice(data, &[batch, heads, flush, dim].map(|d| d as i32))
+        };
+        (array(&k, key_dim), array(&v, value_dim))
+    });
+    Ok((flushed, Roll::Host(add)))
+}
+
+/// The same append as MLX operations: `held` followed by `new` keys or values (rounded to
+/// `dtype`), split into the `flush` tokens after its first `sinks` and the rest; either
+/// part is `None` when empty.
+pub(super) fn roll_mlx(
     held: Option<&Array>,
     new: &Array,
     sinks: usize,
     flush: usize,
+    dtype: Dtype,
 ) -> Result<(Option<Array>, Option<Array>), CacheError> {
-    let &[batch, heads, len, dim] = new.shape() else {
-        return Err(CacheError::Shape(format!(
-            "new tokens must be [B, kv_heads, L, D], got {:?}",
-            new.shape()
-        )));
+    let new = new.as_dtype(dtype)?;
+    let joined = match held {
+        Some(old) => ops::concatenate(&[old, &new], 2)?,
+        None => new,
     };
-    let new = readable::<f32>(new)?;
-    let new_f32 = slice::<f32>(&new)?;
-    let held = held.map(readable::<f16>).transpose()?;
-    let held_f16 = held.as_ref().map(slice::<f16>).transpose()?.unwrap_or(&[]);
-    let (pairs, len, dim) = ((batch * heads) as usize, len as usize, dim as usize);
-    let held_len = held.as_ref().map_or(0, |h| h.dim(2) as usize);
-    if held_f16.len() != pairs * held_len * dim {
-        return Err(CacheError::Shape(format!(
-            "the window {:?} does not fit new tokens {:?}",
-            held.as_ref().map(Array::shape),
-            new.shape()
-        )));
+    if flush == 0 {
+        return Ok((None, Some(joined.contiguous()?)));
     }
-    let total = held_len + len;
-    if sinks + flush > total {
-        return Err(CacheError::Shape(format!(
-            "cannot quantize {flush} of {total} window tokens after {sinks} sinks"
-        )));
-    }
-    let mut rounded = vec![f16::ZERO; new_f32.len()];
-    rounded.convert_from_f32_slice(new_f32);
-    // Pair p's residual is its held rows then its new rows; rows `sinks..sinks + flush` of
-    // each pair go to `old`, the others to `rest`.
-    let mut old = Vec::with_capacity(pairs * flush * dim);
-    let mut rest = Vec::with_capacity(pairs * (total - flush) * dim);
-    let (from, to) = (sinks * dim, (sinks + flush) * dim);
-    for p in 0..pairs {
-        let held_rows = &held_f16[p * held_len * dim..][..held_len * dim];
-        let new_rows = &rounded[p * len * dim..][..len * dim];
-        // Rows `a..b` of the pair's held rows followed by its new rows.
-        let rows = |into: &mut Vec<f16>, a: usize, b: usize| {
-            let split = held_rows.len();
-            into.extend_from_slice(&held_rows[a.min(split)..b.min(split)]);
-            into.extend_from_slice(&new_rows[a.max(split) - split..b.max(split) - split]);
-        };
-        rows(&mut rest, 0, from);
-        rows(&mut old, from, to);
-        rows(&mut rest, to, total * dim);
-    }
-    let array = |data: &[f16], tokens: usize| {
-        (tokens > 0).then(|| Array::from_slice(data, &[batch, heads, tokens as i32, dim as i32]))
+    let (before, rest) = match sinks {
+        0 => (None, joined),
+        s => {
+            let (sunk, rest) = split_tokens(&joined, s as i32)?;
+            (
+                Some(sunk),
+                rest.expect("a flush leaves tokens after the sinks"),
+            )
+        }
     };
-    Ok((array(&old, flush), array(&rest, total - flush)))
+    let (old, after) = split_tokens(&rest, flush as i32)?;
+    let keep = match (before, after) {
+        (Some(a), Some(b)) => Some(ops::concatenate(&[a, b], 2)?),
+        (a, b) => a.or(b),
+    };
+    // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
+    Ok((Some(old), keep.map(|a| a.contiguous()).transpose()?))
 }
 
-fn slice<T: mlx_rs::ArrayElement>(a: &Array) -> Result<&[T], CacheError> {
-    a.try_as_slice::<T>()
+/// The first `n` tokens and the rest (`None` when empty).
+pub(super) fn split_tokens(window: &Array, n: i32) -> Result<(Array, Option<Array>), CacheError> {
+    if n == window.dim(2) {
+        return Ok((window.clone(), None));
+    }
+    let mut parts = window.split_at_indices(&[n], Some(2))?.into_iter();
+    let head = parts.next().expect("two parts");
+    Ok((head, parts.next()))
+}
+
+fn floats(a: &Array) -> Result<&[f32], CacheError> {
+    a.try_as_slice::<f32>()
         .map_err(|e| CacheError::Shape(format!("cannot read the KV window on the host: {e}")))
 }

@@ -14,6 +14,7 @@
 mod config;
 pub mod file;
 mod full;
+mod host_kv;
 mod kivi;
 mod make;
 

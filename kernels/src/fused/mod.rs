@@ -21,11 +21,10 @@ mod loops;
 mod span;
 mod view;
 
-use half::f16;
 use mlx_rs::{Array, Dtype};
 
 use crate::{
-    cache_view::CacheView,
+    cache_view::{CacheView, HostWindow, Residual},
     host::{
         buffers::{slice, Floats},
         team,
@@ -51,8 +50,10 @@ pub fn accepts(queries: &Array, cache: &CacheView<'_>) -> bool {
             .into_iter()
             .chain(cache.values)
             .all(|q| stored(&q.scales) && stored(&q.zeros))
-        && cache.residual_keys.is_none_or(stored)
-        && cache.residual_values.is_none_or(stored)
+        && match cache.residual {
+            Some(Residual::Arrays { keys, values }) => stored(keys) && stored(values),
+            Some(Residual::Host(_)) | None => true,
+        }
 }
 
 /// Attention output `[B, H, 1, Dv]` of one query position `[B, H, 1, D]` (the newest)
@@ -101,21 +102,6 @@ fn decode_on(
     ))
 }
 
-/// The keys and values of a full-precision cache in host memory, in float16: pair
-/// `p = b * kv_heads + h` holds its `len` tokens from token `p * capacity` (`[capacity, D]`
-/// rows, the rest headroom).
-#[derive(Debug, Clone, Copy)]
-pub struct HostWindow<'a> {
-    pub keys: &'a [f16],
-    pub values: &'a [f16],
-    pub batch: usize,
-    pub kv_heads: usize,
-    pub key_dim: usize,
-    pub value_dim: usize,
-    pub len: usize,
-    pub capacity: usize,
-}
-
 /// Attention output `[B, H, Dv]` of one query position per head (`queries` `[B, H, D]`,
 /// the newest token's) over all of `window`'s tokens: the KIVI kernel's window loops, with
 /// the tokens shared out among threads in spans.
@@ -126,7 +112,6 @@ pub fn decode_window(
     scale: f32,
 ) -> Result<Vec<f32>, KernelError> {
     let w = window;
-    let pairs = w.batch * w.kv_heads;
     if w.kv_heads == 0
         || !heads.is_multiple_of(w.kv_heads)
         || queries.len() != w.batch * heads * w.key_dim
@@ -140,19 +125,9 @@ pub fn decode_window(
             w.key_dim
         )));
     }
-    if w.len == 0
-        || w.len > w.capacity
-        || w.keys.len() < pairs * w.capacity * w.key_dim
-        || w.values.len() < pairs * w.capacity * w.value_dim
-    {
-        return Err(KernelError::Shape(format!(
-            "a window of {} tokens in buffers of {} and {} halves ({} pairs of {} tokens)",
-            w.len,
-            w.keys.len(),
-            w.values.len(),
-            pairs,
-            w.capacity
-        )));
+    w.check()?;
+    if w.len == 0 {
+        return Err(KernelError::Shape("attention over an empty window".into()));
     }
     let kv = Parts {
         batch: w.batch,

@@ -5,7 +5,7 @@
 use mlx_rs::Array;
 
 use crate::{
-    cache_view::CacheView,
+    cache_view::{CacheView, HostWindow, Residual},
     host::buffers::{host_arrays, slice, Floats},
     mlx_quant::QuantizedArray,
     KernelError,
@@ -54,32 +54,41 @@ impl<'a> Quantized<'a> {
 }
 
 /// Contiguous, evaluated arrays the kernel reads (the cache's own buffers when they are
-/// already contiguous, which they are), owned here so that slices can borrow them.
-pub(super) struct Held {
+/// already contiguous, which they are), owned here so that slices can borrow them, and
+/// the host window where the cache keeps one.
+pub(super) struct Held<'w> {
     pub(super) queries: Array,
     keys: Option<(QuantizedArray, [Array; 3])>,
     values: Option<(QuantizedArray, [Array; 3])>,
-    residual: Option<(Array, Array)>,
+    residual: Option<HeldResidual<'w>>,
 }
 
-impl Held {
-    pub(super) fn new(cache: &CacheView<'_>, queries: &Array) -> Result<Self, KernelError> {
-        if cache.keys.is_some() != cache.values.is_some()
-            || cache.residual_keys.is_some() != cache.residual_values.is_some()
-        {
+enum HeldResidual<'w> {
+    Arrays(Array, Array),
+    Host(HostWindow<'w>),
+}
+
+impl<'w> Held<'w> {
+    pub(super) fn new(cache: &CacheView<'w>, queries: &Array) -> Result<Self, KernelError> {
+        if cache.keys.is_some() != cache.values.is_some() {
             return Err(KernelError::Shape("keys and values held unevenly".into()));
         }
         let mut sources = vec![queries];
         for q in cache.keys.iter().chain(&cache.values) {
             sources.extend(q.arrays());
         }
-        sources.extend(cache.residual_keys.iter().chain(&cache.residual_values));
+        if let Some(Residual::Arrays { keys, values }) = cache.residual {
+            sources.extend([keys, values]);
+        }
         let mut ready = host_arrays(&sources)?.into_iter();
         let mut next = || ready.next().expect("one array per source");
         let queries = next();
         let keys = cache.keys.map(|q| (q.clone(), [next(), next(), next()]));
         let values = cache.values.map(|q| (q.clone(), [next(), next(), next()]));
-        let residual = cache.residual_keys.map(|_| (next(), next()));
+        let residual = cache.residual.map(|r| match r {
+            Residual::Arrays { .. } => HeldResidual::Arrays(next(), next()),
+            Residual::Host(w) => HeldResidual::Host(w),
+        });
         Ok(Self {
             queries,
             keys,
@@ -95,7 +104,7 @@ impl Held {
         for (_, a) in self.keys.iter().chain(&self.values) {
             arrays.extend(a.iter());
         }
-        if let Some((k, v)) = &self.residual {
+        if let Some(HeldResidual::Arrays(k, v)) = &self.residual {
             arrays.extend([k, v]);
         }
         if arrays.iter().any(|a| a.ndim() != 4) {
@@ -135,18 +144,43 @@ impl Held {
             values = Some(Quantized::new(v, va)?);
         }
         let (mut residual_keys, mut residual_values) = (Floats::F32(&[]), Floats::F32(&[]));
-        if let Some((k, v)) = &self.residual {
-            let (ks, vs) = (dims(k), dims(v));
-            if keys.is_none() {
-                (batch, heads, key_dim, value_dim) = (ks[0], ks[1], ks[3], vs[3]);
+        let mut window_stride = 0;
+        match &self.residual {
+            Some(HeldResidual::Arrays(k, v)) => {
+                let (ks, vs) = (dims(k), dims(v));
+                if keys.is_none() {
+                    (batch, heads, key_dim, value_dim) = (ks[0], ks[1], ks[3], vs[3]);
+                }
+                residual = ks[2];
+                window_stride = residual;
+                expected.extend([
+                    (k, [batch, heads, residual, key_dim]),
+                    (v, [batch, heads, residual, value_dim]),
+                ]);
+                residual_keys = Floats::new(k)?;
+                residual_values = Floats::new(v)?;
             }
-            residual = ks[2];
-            expected.extend([
-                (k, [batch, heads, residual, key_dim]),
-                (v, [batch, heads, residual, value_dim]),
-            ]);
-            residual_keys = Floats::new(k)?;
-            residual_values = Floats::new(v)?;
+            Some(HeldResidual::Host(w)) => {
+                w.check()?;
+                if keys.is_none() {
+                    (batch, heads, key_dim, value_dim) =
+                        (w.batch, w.kv_heads, w.key_dim, w.value_dim);
+                }
+                if (w.batch, w.kv_heads, w.key_dim, w.value_dim)
+                    != (batch, heads, key_dim, value_dim)
+                {
+                    return Err(KernelError::Shape(format!(
+                        "a window of {} x {} heads of {} and {} beside a history of {batch} \
+                         x {heads} heads of {key_dim} and {value_dim}",
+                        w.batch, w.kv_heads, w.key_dim, w.value_dim
+                    )));
+                }
+                residual = w.len;
+                window_stride = w.capacity;
+                residual_keys = Floats::F16(w.keys);
+                residual_values = Floats::F16(w.values);
+            }
+            None => {}
         }
         for (array, shape) in expected {
             if dims(array) != shape {
@@ -163,7 +197,7 @@ impl Held {
             value_dim,
             quantized,
             residual,
-            window_stride: residual,
+            window_stride,
             keys,
             values,
             residual_keys,

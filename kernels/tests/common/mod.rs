@@ -7,7 +7,7 @@ use kivi_kernels::{
     reference::CacheSpec,
     sink_len,
     testdata::Layer,
-    CacheView, KeyAxis,
+    CacheView, KeyAxis, Residual,
 };
 use mlx_rs::{ops, ops::indexing::IndexOp, Array, Dtype};
 
@@ -97,8 +97,11 @@ impl Parts {
             keys: self.keys.as_ref(),
             key_axis: self.key_axis,
             values: self.values.as_ref(),
-            residual_keys: self.residual_keys.as_ref(),
-            residual_values: self.residual_values.as_ref(),
+            residual: self
+                .residual_keys
+                .as_ref()
+                .zip(self.residual_values.as_ref())
+                .map(|(keys, values)| Residual::Arrays { keys, values }),
             sinks: self.sinks,
         }
     }
