@@ -31,7 +31,10 @@ use mlx_rs::{
     Array, Dtype,
 };
 
-use super::{host_kv::HostKv, CacheError, CacheState, KvCache, LayerKvStats};
+use super::{
+    host_kv::{host_floats, HostKv},
+    CacheError, CacheState, KvCache, LayerKvStats,
+};
 use crate::backend::Backend;
 use kivi_kernels::{
     fused,
@@ -147,11 +150,6 @@ fn dims4(a: &Array) -> Option<[usize; 4]> {
     }
 }
 
-fn slice(a: &Array) -> Result<&[f32], CacheError> {
-    a.try_as_slice::<f32>()
-        .map_err(|e| CacheError::Shape(format!("cannot read an array on the host: {e}")))
-}
-
 /// MLX's fused attention of `queries` (`L` positions) over what `kv` holds.
 fn mlx_attention(queries: &Array, kv: &MlxKv, l: usize, scale: f32) -> Result<Array, CacheError> {
     let (keys, values) = kv.held();
@@ -206,7 +204,7 @@ impl KvCache for FullCache {
                     readable::<f32>(values)?,
                     readable::<f32>(queries)?,
                 );
-                host.append(slice(&k)?, slice(&v)?, l);
+                host.append(host_floats(&k)?, host_floats(&v)?, l);
                 let shape = Shape {
                     batch: b,
                     heads: qh,
@@ -216,7 +214,7 @@ impl KvCache for FullCache {
                     value_dim: dv,
                 };
                 let out = if l == 1 {
-                    fused::decode_window(slice(&q)?, qh, host.window(), scale)?
+                    fused::decode_window(host_floats(&q)?, qh, host.window(), scale)?
                 } else {
                     let window = host.window();
                     let (keys, values) = (window.float32(true), window.float32(false));
@@ -229,7 +227,7 @@ impl KvCache for FullCache {
                     };
                     let mut out = vec![0f32; b * qh * l * dv];
                     host_attention::attend(
-                        slice(&q)?,
+                        host_floats(&q)?,
                         shape,
                         &[segment(&keys, dk)],
                         &[segment(&values, dv)],
@@ -362,7 +360,7 @@ impl KvCache for FullCache {
                 ))
             }
         };
-        let (&[b, h, t, dk], &[vb, vh, vt, dv]) = (keys.shape(), values.shape()) else {
+        let (&[b, h, t, _], &[vb, vh, vt, _]) = (keys.shape(), values.shape()) else {
             return bad("keys and values must be 4-D".into());
         };
         if (b, h, t) != (vb, vh, vt) || t as usize != state.tokens || t <= 0 || b <= 0 || h <= 0 {
@@ -381,10 +379,7 @@ impl KvCache for FullCache {
             ));
         }
         self.store = if self.host {
-            let mut host = HostKv::new(b as usize, h as usize, dk as usize, dv as usize);
-            let (k, v) = (readable::<f32>(&keys)?, readable::<f32>(&values)?);
-            host.append(slice(&k)?, slice(&v)?, t as usize);
-            Store::Host(host)
+            Store::Host(HostKv::from_arrays(&keys, &values, 0)?)
         } else {
             Store::Mlx(MlxKv::new(&keys, &values)?)
         };

@@ -7,7 +7,10 @@
 //! conversion rounds), so the buffers hold the same bits as the MLX path's arrays.
 
 use half::{f16, slice::HalfFloatSliceExt};
-use kivi_kernels::HostWindow;
+use kivi_kernels::{host::readable, HostWindow};
+use mlx_rs::Array;
+
+use super::CacheError;
 
 /// Host buffers `[B * H, capacity, D]` of keys and values.
 #[derive(Debug, Clone)]
@@ -34,6 +37,24 @@ impl HostKv {
             keys: Vec::new(),
             values: Vec::new(),
         }
+    }
+
+    /// Buffers with room for `capacity` tokens (at least those given) holding `keys` and
+    /// `values`, `[B, H, T, D]` arrays of any float dtype (checked by the caller).
+    pub(super) fn from_arrays(
+        keys: &Array,
+        values: &Array,
+        capacity: usize,
+    ) -> Result<Self, CacheError> {
+        let (&[b, h, t, dk], &[_, _, _, dv]) = (keys.shape(), values.shape()) else {
+            return Err(CacheError::State("keys and values must be 4-D".into()));
+        };
+        let [b, h, t, dk, dv] = [b, h, t, dk, dv].map(|d| d.max(0) as usize);
+        let mut store = Self::new(b, h, dk, dv);
+        store.resize(capacity.max(t));
+        let (k, v) = (readable::<f32>(keys)?, readable::<f32>(values)?);
+        store.append(host_floats(&k)?, host_floats(&v)?, t);
+        Ok(store)
     }
 
     pub(super) fn pairs(&self) -> usize {
@@ -164,6 +185,12 @@ impl HostKv {
             capacity: self.capacity,
         }
     }
+}
+
+/// A float32 array's data on the host.
+pub(super) fn host_floats(a: &Array) -> Result<&[f32], CacheError> {
+    a.try_as_slice::<f32>()
+        .map_err(|e| CacheError::Shape(format!("cannot read an array on the host: {e}")))
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ use kivi_kernels::{
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
 use super::config::KiviConfig;
+use super::host_kv::host_floats;
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
 use window::{HostAppend, Roll, Window};
@@ -464,12 +465,6 @@ impl KiviCache {
             }
         }
     }
-}
-
-/// A float32 array's data on the host.
-fn host_floats(a: &Array) -> Result<&[f32], CacheError> {
-    a.try_as_slice::<f32>()
-        .map_err(|e| CacheError::Shape(format!("cannot read new tokens on the host: {e}")))
 }
 
 impl KvCache for KiviCache {

@@ -12,7 +12,7 @@
 //! (`kivi_tests.rs` compares them).
 
 use half::f16;
-use kivi_kernels::{host::readable, Residual};
+use kivi_kernels::Residual;
 use mlx_rs::{ops, Array, Dtype};
 
 use crate::cache::host_kv::HostKv;
@@ -73,14 +73,7 @@ impl Window {
         if !host {
             return Ok(Window::Mlx { keys, values });
         }
-        let &[b, h, t, dk] = keys.shape() else {
-            return Err(CacheError::State("a window must be 4-D".into()));
-        };
-        let mut store = HostKv::new(b as usize, h as usize, dk as usize, values.dim(3) as usize);
-        store.resize(room.max(t as usize));
-        let (k, v) = (readable::<f32>(&keys)?, readable::<f32>(&values)?);
-        store.append(floats(&k)?, floats(&v)?, t as usize);
-        Ok(Window::Host(store))
+        Ok(Window::Host(HostKv::from_arrays(&keys, &values, room)?))
     }
 
     /// The first `keep` tokens (`None` when that is none).
@@ -251,9 +244,4 @@ pub(super) fn split_tokens(window: &Array, n: i32) -> Result<(Array, Option<Arra
     let mut parts = window.split_at_indices(&[n], Some(2))?.into_iter();
     let head = parts.next().expect("two parts");
     Ok((head, parts.next()))
-}
-
-fn floats(a: &Array) -> Result<&[f32], CacheError> {
-    a.try_as_slice::<f32>()
-        .map_err(|e| CacheError::Shape(format!("cannot read the KV window on the host: {e}")))
 }
