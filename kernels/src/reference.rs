@@ -276,16 +276,32 @@ pub fn dequantized_cache(
     dim: usize,
     spec: &CacheSpec,
 ) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
-    let tokens = keys.len() / dim;
-    if keys.len() != tokens * dim || values.len() != keys.len() {
+    read_by_append(keys, values, dim, spec, keys.len() / dim.max(1))
+}
+
+/// What the queries of a call that brings a KIVI cache from `held` tokens to the whole
+/// stream `keys`, `values` (`[T, D]`, one head) read: attention runs before the call's
+/// flush, so the history is the one of the cache holding the first `held` tokens
+/// (`Q(held)` tokens after the sinks quantized), and every later token is kept exactly.
+/// Otherwise as [`dequantized_cache`], which is this with `held = T`.
+pub fn read_by_append(
+    keys: &[f32],
+    values: &[f32],
+    dim: usize,
+    spec: &CacheSpec,
+    held: usize,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    let tokens = keys.len() / dim.max(1);
+    if keys.len() != tokens * dim || values.len() != keys.len() || held > tokens {
         return Err(KernelError::Shape(format!(
-            "keys ({}) and values ({}) are not both [T, {dim}]",
+            "keys ({}) and values ({}) are not both [T, {dim}] with T >= {held}",
             keys.len(),
             values.len()
         )));
     }
     let sinks = sink_len(tokens, spec.sinks);
-    let quantized = quantized_len(tokens - sinks, spec.residual, spec.keys.group_size());
+    let held_sinks = sink_len(held, spec.sinks);
+    let quantized = quantized_len(held - held_sinks, spec.residual, spec.keys.group_size());
     let (start, split) = (sinks * dim, (sinks + quantized) * dim);
     // Everything the cache holds went into its basis, then through the storage format.
     let stored = |x: &[f32], rotate: bool| -> Result<Vec<f32>, KernelError> {
@@ -426,6 +442,34 @@ mod tests {
         assert_eq!(&k[q..], &keys[q..]);
         assert_eq!(&v[q..], &values[q..]);
         assert_ne!(&k[..q], &keys[..q]);
+    }
+
+    #[test]
+    fn a_call_reads_the_history_held_before_it() {
+        let (tokens, dim) = (100, 64);
+        let mut rng = XorShift::new(13);
+        let keys: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let values: Vec<f32> = (0..tokens * dim).map(|_| rng.normal()).collect();
+        let cache = CacheSpec::plain(
+            spec(2, 32),
+            spec(4, 32),
+            32,
+            KeyAxis::PerChannel,
+            Storage::F32,
+        );
+        // 70 tokens held: one group quantized; the 30 new ones and the window stay exact,
+        // although the whole stream's cache quantizes two groups.
+        let held = 70;
+        let (k, v) = read_by_append(&keys, &values, dim, &cache, held).unwrap();
+        let (hk, hv) =
+            dequantized_cache(&keys[..held * dim], &values[..held * dim], dim, &cache).unwrap();
+        let q = 32 * dim;
+        assert_eq!((&k[..held * dim], &v[..held * dim]), (&hk[..], &hv[..]));
+        assert_ne!(&k[..q], &keys[..q]);
+        assert_eq!((&k[q..], &v[q..]), (&keys[q..], &values[q..]));
+        let (all, _) = dequantized_cache(&keys, &values, dim, &cache).unwrap();
+        assert_ne!(&all[q..2 * q], &keys[q..2 * q]);
+        assert!(read_by_append(&keys, &values, dim, &cache, tokens + 1).is_err());
     }
 
     #[test]

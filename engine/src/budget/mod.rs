@@ -302,11 +302,11 @@ mod tests {
         let quantized = 32 * 64 * 2 / 8 * 2 + (64 + 32 * 2) * 2 * 2;
         assert_eq!(one(160), quantized + 2 * 128 * 64 * 2);
         // The host backend computes in float32 and stores the window, scales and zeros in
-        // float16; its window buffers keep room for R + G - 1 tokens.
+        // float16; its window buffers keep room for S + R + G tokens.
         let host = |t| kv_cache_bytes(SHAPE, t, &k2, &Backend::HOST) / 90;
-        assert_eq!(host(159), one(159));
-        assert_eq!(host(160), quantized + 2 * 159 * 64 * 2);
-        assert_eq!(host(10), 2 * 159 * 64 * 2);
+        assert_eq!(host(159), 2 * 160 * 64 * 2);
+        assert_eq!(host(160), quantized + 2 * 160 * 64 * 2);
+        assert_eq!(host(10), 2 * 160 * 64 * 2);
         assert_eq!(host(0), 0);
         let full = kv_cache_bytes(SHAPE, 8192, &CacheConfig::Full, &Backend::HOST);
         let kivi = kv_cache_bytes(SHAPE, 8192, &k2, &Backend::HOST);

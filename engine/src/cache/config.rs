@@ -248,9 +248,10 @@ impl KiviConfig {
     }
 
     /// Tokens the residual buffers hold on the host kernels, which write the window in
-    /// place: the sinks and the largest window (`S + R + G - 1`).
+    /// place: the sinks, the largest window and the decode step's token, which is read
+    /// there before its flush (`S + R + G`).
     pub fn residual_room(&self) -> usize {
-        self.sinks + self.residual_capacity()
+        self.sinks + self.residual_capacity() + 1
     }
 
     /// Key bits and group size, for the kernels.

@@ -21,6 +21,12 @@
 //! is quantized from its own data alone, so one prefill, any chunking and token-by-token
 //! decode of the same stream give bit-identical arrays.
 //!
+//! Attention runs between the append and the flush: a call's queries read the history as
+//! it stood before the call, and the window with the call's own tokens in full precision
+//! (the KIVI paper's prefill). The groups the call flushes are read quantized from the
+//! next call on. A prompt chunk therefore never attends to quantized copies of itself,
+//! and its outputs depend on where chunks begin; the cache's bits do not.
+//!
 //! KIVI+ (both optional, see [`KiviConfig`]):
 //! - **sinks**: the first `S` tokens stay in full precision for good, at the front of the
 //!   residual arrays (which then hold the sinks, then the window); the flush rule runs on
@@ -32,9 +38,10 @@
 //!   token stream alone.
 //!
 //! The history's buffers are exactly the size of their content (appends concatenate, cuts
-//! copy); a host window keeps room for `S + R + G - 1` tokens. `held_bytes` is what the
-//! buffers hold, that room included. MLX arrays are lazy until the caller evaluates the
-//! attention output (or calls [`KiviCache::eval`]).
+//! copy); a host window keeps room for `S + R + G` tokens (the largest window and a
+//! decode step's token). `held_bytes` is what the buffers hold, that room included. MLX
+//! arrays are lazy until the caller evaluates the attention output (or calls
+//! [`KiviCache::eval`]).
 //!
 //! The backend chooses the kernels: with the host kernels, new tokens are written into the
 //! host window (`kivi_window.rs`), flushed tokens are quantized and joined to the history
@@ -55,6 +62,17 @@ use super::host_kv::host_floats;
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
 use window::{HostAppend, Roll, Window};
+
+/// The groups a call moves from the window to the history: quantized as the call's tokens
+/// enter the window, joined to the history after the call's queries have read them.
+struct Leaving {
+    /// The history with the new groups joined (`None`: unchanged).
+    history: Option<(QuantizedArray, QuantizedArray)>,
+    /// How the window drops them.
+    cut: window::Cut,
+    /// Quantized positions after the move.
+    quantized: usize,
+}
 
 /// Shapes fixed by the first append: batch, KV heads, key and value head_dim, and the
 /// storage dtype of scales, zeros and the residual window.
@@ -145,10 +163,26 @@ impl KiviCache {
     /// Appends keys and values `[B, H, L, D]` (in the model's basis: KIVI+'s rotation is
     /// applied here) and applies the flush rule, without attention.
     pub fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
+        let leaving = self.admit(keys, values)?;
+        self.leave(leaving);
+        Ok(())
+    }
+
+    /// Writes new keys and values into the window in full precision (rotated into KIVI+'s
+    /// basis, rounded to the storage dtype) and quantizes, aside, the groups the flush rule
+    /// moves out of it; [`Self::leave`] moves them. In between, the cache holds every token
+    /// with the history as it was, so a call's queries read the call's own tokens and the
+    /// window in full precision. Everything that can fail runs before anything changes, so
+    /// an error leaves the cache as it was.
+    fn admit(&mut self, keys: &Array, values: &Array) -> Result<Leaving, CacheError> {
         let dims = self.check_new(keys, values)?;
         let len = keys.dim(2) as usize;
         if len == 0 {
-            return Ok(());
+            return Ok(Leaving {
+                history: None,
+                cut: window::Cut::Keep,
+                quantized: self.quantized,
+            });
         }
         let rotation = self.config.rotation();
         let keys = &self.rotated(keys, rotation.keys())?;
@@ -163,8 +197,6 @@ impl KiviCache {
             self.config.group_size(),
         );
         let flush = quantized - self.quantized;
-        // Work the change out aside and commit it at the end, so that an error leaves the
-        // cache as it was.
         let host_tokens = match self.kernels {
             Kernels::Host => Some((readable::<f32>(keys)?, readable::<f32>(values)?)),
             Kernels::Mlx => None,
@@ -190,27 +222,49 @@ impl KiviCache {
                     }
                     None => (None, None),
                 };
-                let (old_k, keep_k) = window::roll_mlx(held_k, keys, sinks, flush, dims.dtype)?;
-                let (old_v, keep_v) = window::roll_mlx(held_v, values, sinks, flush, dims.dtype)?;
-                let keep = keep_k
-                    .zip(keep_v)
+                let k = window::roll_mlx(held_k, keys, sinks, flush, dims.dtype)?;
+                let v = window::roll_mlx(held_v, values, sinks, flush, dims.dtype)?;
+                let kept = k
+                    .kept
+                    .zip(v.kept)
                     .map(|(keys, values)| Window::Mlx { keys, values });
-                (old_k.zip(old_v), Roll::Mlx(keep))
+                let joined = Window::Mlx {
+                    keys: k.joined,
+                    values: v.joined,
+                };
+                (k.flushed.zip(v.flushed), Roll::Mlx { joined, kept })
             }
         };
-        if let Some((old_k, old_v)) = flushed {
-            let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
-            let new_v = self.quantize(&old_v, self.value_spec(dims)?, false)?;
-            let all_k = self.extend(self.keys.as_ref(), new_k, key_axis)?;
-            let all_v = self.extend(self.values.as_ref(), new_v, -2)?;
-            self.keys = Some(all_k);
-            self.values = Some(all_v);
-        }
-        self.window = roll.commit(self.window.take());
+        let history = match flushed {
+            Some((old_k, old_v)) => {
+                let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
+                let new_v = self.quantize(&old_v, self.value_spec(dims)?, false)?;
+                Some((
+                    self.extend(self.keys.as_ref(), new_k, key_axis)?,
+                    self.extend(self.values.as_ref(), new_v, -2)?,
+                ))
+            }
+            None => None,
+        };
+        let (joined, cut) = roll.enter(self.window.take());
+        self.window = Some(joined);
         self.dims = Some(dims);
         self.tokens = total;
-        self.quantized = quantized;
-        Ok(())
+        Ok(Leaving {
+            history,
+            cut,
+            quantized,
+        })
+    }
+
+    /// Moves the groups [`Self::admit`] quantized from the window to the history.
+    fn leave(&mut self, leaving: Leaving) {
+        if let Some((keys, values)) = leaving.history {
+            self.keys = Some(keys);
+            self.values = Some(values);
+        }
+        self.window = leaving.cut.apply(self.window.take());
+        self.quantized = leaving.quantized;
     }
 
     /// Keeps the first `keep` residual tokens.
@@ -482,15 +536,18 @@ impl KvCache for KiviCache {
                 keys.shape()
             )));
         }
-        // Append first, then attend over quantized + residual: chunk tokens that this append
-        // flushed are read in quantized form, as every later step will read them.
-        self.append(keys, values)?;
-        // KIVI+'s basis: keys entered rotated, so the queries are rotated alike; the output
+        // KIVI+'s basis: keys enter rotated, so the queries are rotated alike; the output
         // of rotated values is rotated back (H·H = I).
         let rotation = self.config.rotation();
         let queries = self.rotated(queries, rotation.keys())?;
-        let out = attention::attend(&queries, self.view(), scale, self.kernels)?;
-        self.rotated(&out, rotation.values())
+        // Attend, then flush: the queries read the history as it stood before the call and
+        // the window with the call's own tokens in full precision (the KIVI paper's
+        // prefill); the groups this call flushes are read quantized from the next call on.
+        let leaving = self.admit(keys, values)?;
+        let out = attention::attend(&queries, self.view(), scale, self.kernels);
+        // The flush completes whatever attention returned: the tokens are held either way.
+        self.leave(leaving);
+        self.rotated(&out?, rotation.values())
     }
 
     fn len(&self) -> usize {

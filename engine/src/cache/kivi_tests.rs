@@ -261,8 +261,9 @@ fn tokens_age_out_in_whole_groups() {
     }
 }
 
-/// Attention from the cache (appended first, then attended, chunk by chunk) equals exact
-/// attention over the reference cache's dequantized content at every step.
+/// Attention from the cache, chunk by chunk, equals exact attention over what the reference
+/// says a call reads at every step: the history held before the call dequantized, its own
+/// tokens and the window exact.
 #[test]
 fn attention_matches_the_reference_cache() {
     let tokens = 190;
@@ -287,6 +288,7 @@ fn attention_matches_the_reference_cache() {
                 let (q, k, v) = stream.chunk(at, at + len);
                 let (q, k, v) = (compute(q), compute(k), compute(v));
                 let got = cache.attend(&q, &k, &v, scale).unwrap();
+                let held = at;
                 at += len;
                 let (mut keys, mut values) = (vec![], vec![]);
                 for h in 0..KV_HEADS {
@@ -303,7 +305,7 @@ fn attention_matches_the_reference_cache() {
                     };
                     let (hk, hv) = stream.head(h, at);
                     let (hk, hv) = (received(hk), received(hv));
-                    let (dk, dv) = reference::dequantized_cache(&hk, &hv, DIM, &spec).unwrap();
+                    let (dk, dv) = reference::read_by_append(&hk, &hv, DIM, &spec, held).unwrap();
                     keys.extend(dk);
                     values.extend(dv);
                 }
@@ -426,7 +428,7 @@ impl Stream {
 }
 
 /// Held bytes from the layout, independently of the accounting: the history's arrays, and
-/// a host window's buffers, which keep room for `S + R + G - 1` tokens of every head.
+/// a host window's buffers, which keep room for `S + R + G` tokens of every head.
 fn held_bytes(cache: &KiviCache) -> u64 {
     let history: u64 = cache
         .arrays()
@@ -444,7 +446,7 @@ fn held_bytes(cache: &KiviCache) -> u64 {
 
 /// The bytes of a host window's float16 buffers.
 fn host_window_bytes(config: &KiviConfig) -> u64 {
-    let room = config.sinks() + config.residual_length() + config.group_size() - 1;
+    let room = config.sinks() + config.residual_length() + config.group_size();
     assert_eq!(room, config.residual_room());
     (KV_HEADS * room * DIM * 2 * 2) as u64
 }

@@ -103,8 +103,9 @@ impl Window {
 }
 
 /// New float32 tokens for a host window: `keys` and `values` `[B, H, L, D]` (`shape` is
-/// `[B, H, L, Dk, Dv]`), with `flush` tokens after the first `sinks` leaving the window;
-/// `room`: the most tokens the window holds after an append (its buffers' size).
+/// `[B, H, L, Dk, Dv]`), with `flush` tokens after the first `sinks` leaving the window
+/// once the call's queries have read them; `room`: the most tokens the window holds while
+/// they do (its buffers' size between calls).
 pub(super) struct HostAppend<'a> {
     pub(super) keys: &'a [f32],
     pub(super) values: &'a [f32],
@@ -117,17 +118,36 @@ pub(super) struct HostAppend<'a> {
 /// An append to the window, worked out before anything changes, so that an error (in the
 /// quantizer, after this) leaves the cache as it was.
 pub(super) enum Roll<'a> {
-    /// The new window, built aside (MLX operations).
-    Mlx(Option<Window>),
+    /// The window with the new tokens, and the window after the flush (MLX operations).
+    Mlx {
+        joined: Window,
+        kept: Option<Window>,
+    },
     /// The tokens to write into the host buffers.
     Host(HostAppend<'a>),
 }
 
+/// How the window drops the tokens a call flushed, once its queries have read them.
+pub(super) enum Cut {
+    /// Nothing leaves.
+    Keep,
+    /// The window after the flush, built aside.
+    Mlx(Option<Window>),
+    /// `flush` tokens after the first `sinks` leave the host buffers, which go back to
+    /// `room` tokens.
+    Host {
+        sinks: usize,
+        flush: usize,
+        room: usize,
+    },
+}
+
 impl Roll<'_> {
-    /// The window after the append, given the one before it.
-    pub(super) fn commit(self, held: Option<Window>) -> Option<Window> {
+    /// The window holding every token, the new ones included, given the one before the
+    /// call; and the cut that [`Cut::apply`] makes after attention.
+    pub(super) fn enter(self, held: Option<Window>) -> (Window, Cut) {
         let add = match self {
-            Roll::Mlx(window) => return window,
+            Roll::Mlx { joined, kept } => return (joined, Cut::Mlx(kept)),
             Roll::Host(add) => add,
         };
         let [batch, heads, len, key_dim, value_dim] = add.shape;
@@ -135,18 +155,30 @@ impl Roll<'_> {
             Some(Window::Host(store)) => store,
             _ => HostKv::new(batch, heads, key_dim, value_dim),
         };
-        let (sinks, flush, room) = (add.sinks, add.flush, add.room);
-        if flush > 0 && sinks + flush <= store.len {
-            // A decode step's flush: the group leaves before the token arrives, so the
-            // window never needs room for more than it keeps.
-            store.remove(sinks, flush);
-            store.reserve(room.max(store.len + len));
-            store.append(add.keys, add.values, len);
-        } else {
-            store.reserve(room.max(store.len + len));
-            store.append(add.keys, add.values, len);
-            store.remove(sinks, flush);
-        }
+        // A decode step stays within the room; a prompt chunk grows the buffers.
+        store.reserve(add.room.max(store.len + len));
+        store.append(add.keys, add.values, len);
+        let cut = Cut::Host {
+            sinks: add.sinks,
+            flush: add.flush,
+            room: add.room,
+        };
+        (Window::Host(store), cut)
+    }
+}
+
+impl Cut {
+    /// The window after the flush, given the one [`Roll::enter`] made.
+    pub(super) fn apply(self, window: Option<Window>) -> Option<Window> {
+        let (sinks, flush, room) = match self {
+            Cut::Keep => return window,
+            Cut::Mlx(kept) => return kept,
+            Cut::Host { sinks, flush, room } => (sinks, flush, room),
+        };
+        let Some(Window::Host(mut store)) = window else {
+            return window;
+        };
+        store.remove(sinks, flush);
         // A prompt chunk grew the buffers; the window is back within its room.
         store.resize(room);
         (store.len > 0).then_some(Window::Host(store))
@@ -199,26 +231,39 @@ pub(super) fn roll_host<'a>(
     Ok((flushed, Roll::Host(add)))
 }
 
-/// The same append as MLX operations: `held` followed by `new` keys or values (rounded to
-/// `dtype`), split into the `flush` tokens after its first `sinks` and the rest; either
-/// part is `None` when empty.
+/// The same append as MLX operations, for keys or values: `held` followed by `new`
+/// (rounded to `dtype`); the `flush` tokens after its first `sinks`; and what is kept after
+/// they leave. Either of the last two is `None` when empty.
+pub(super) struct MlxRoll {
+    pub(super) joined: Array,
+    pub(super) flushed: Option<Array>,
+    pub(super) kept: Option<Array>,
+}
+
+/// [`MlxRoll`] of `held` and `new`.
 pub(super) fn roll_mlx(
     held: Option<&Array>,
     new: &Array,
     sinks: usize,
     flush: usize,
     dtype: Dtype,
-) -> Result<(Option<Array>, Option<Array>), CacheError> {
+) -> Result<MlxRoll, CacheError> {
     let new = new.as_dtype(dtype)?;
     let joined = match held {
         Some(old) => ops::concatenate(&[old, &new], 2)?,
         None => new,
     };
     if flush == 0 {
-        return Ok((None, Some(joined.contiguous()?)));
+        // Kept as it is: a copy if it is a view of the model's arrays.
+        let joined = joined.contiguous()?;
+        return Ok(MlxRoll {
+            joined: joined.clone(),
+            flushed: None,
+            kept: Some(joined),
+        });
     }
     let (before, rest) = match sinks {
-        0 => (None, joined),
+        0 => (None, joined.clone()),
         s => {
             let (sunk, rest) = split_tokens(&joined, s as i32)?;
             (
@@ -228,12 +273,16 @@ pub(super) fn roll_mlx(
         }
     };
     let (old, after) = split_tokens(&rest, flush as i32)?;
-    let keep = match (before, after) {
+    let kept = match (before, after) {
         (Some(a), Some(b)) => Some(ops::concatenate(&[a, b], 2)?),
         (a, b) => a.or(b),
     };
-    // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
-    Ok((Some(old), keep.map(|a| a.contiguous()).transpose()?))
+    Ok(MlxRoll {
+        joined,
+        flushed: Some(old),
+        // A slice keeps its parent buffer alive: copy, so that the held bytes are exact.
+        kept: kept.map(|a| a.contiguous()).transpose()?,
+    })
 }
 
 /// The first `n` tokens and the rest (`None` when empty).
