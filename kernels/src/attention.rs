@@ -187,12 +187,10 @@ pub fn attend_host(
 /// Attention output `[B, H, L, Dv]` of `queries` `[B, H, L, D]` over everything in
 /// `cache`, as MLX operations (quantized matmuls on the packed data).
 ///
-/// The queries are the newest `L` positions of the `T = Tq + Tr` held (the caller appends
-/// the chunk to the cache first): query `i` sits at position `T - L + i` and sees keys
-/// `0..=T - L + i`, whether those keys are quantized or in the residual window. So tokens
-/// that a chunk pushed into the quantized part are attended in their quantized form, exactly
-/// as later decode steps will see them. Long chunks are processed [`QUERY_BLOCK`] positions
-/// at a time.
+/// The queries are the newest `L` positions of the `T = Tq + Tr` held (the cache holds the
+/// chunk when it calls this): query `i` sits at position `T - L + i` and sees keys
+/// `0..=T - L + i`, whether those keys are quantized or in the residual window. Long chunks
+/// are processed [`QUERY_BLOCK`] positions at a time.
 pub fn attend_mlx(queries: &Array, cache: CacheView<'_>, scale: f32) -> Result<Array, KernelError> {
     let &[_, heads, len, _] = queries.shape() else {
         return Err(KernelError::Shape(format!(
