@@ -35,7 +35,8 @@ pub struct PplArgs {
     /// Last tokens of each window that are scored.
     #[arg(long, default_value_t = 1024)]
     pub scored: usize,
-    /// Tokens per forward step (a KIVI cache quantizes between steps).
+    /// Tokens per forward step: a step reads its own tokens in full precision, and a KIVI
+    /// cache quantizes what leaves its window after the step.
     #[arg(long, default_value_t = 128)]
     pub chunk: usize,
     /// Token offset of the first window.
