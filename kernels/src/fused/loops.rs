@@ -6,7 +6,10 @@
 //!
 //! so that each code costs one multiply-add. The inner loops have fixed trip counts (blocks
 //! of [`BLOCK`] tokens or channels, up to three query rows) so that the compiler keeps the
-//! accumulators in vector registers; they run with AVX2 and FMA where the CPU has them.
+//! accumulators in vector registers, and read through pointers checked once per block
+//! rather than per word. They are compiled for AVX-512, AVX2 or no CPU features ([`Isa`]),
+//! and each set unpacks codes its own way ([`Unpack`]): with AVX-512 both widths through
+//! tables, with AVX2 the two-bit codes.
 //! Blocks of several words rather than one: the factors loaded per channel (keys) or per
 //! token (values) then serve them all, which took K4V4 at 8k tokens from 1.69-1.78 ms to
 //! 1.44-1.46 ms per layer on one thread (`decode_timing`, blocks of 32).
@@ -24,27 +27,138 @@ use crate::host::{
     softmax::exp_in_place,
 };
 
+/// The instruction sets the loops are compiled for, each with its own way of unpacking
+/// codes ([`Unpack`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) enum Isa {
+    /// AVX-512 F and VL with AVX2 and FMA: two- and four-bit codes through tables.
+    Avx512,
+    /// AVX2 and FMA: two-bit codes through a table.
+    Avx2,
+    /// No CPU features assumed.
+    Portable,
+}
+
+impl Isa {
+    /// Those this CPU runs, fastest first (the last is always [`Isa::Portable`]).
+    #[cfg(test)]
+    pub(super) fn available() -> Vec<Isa> {
+        let mut all = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::host::has_avx512vl() {
+                all.push(Isa::Avx512);
+            }
+            if crate::host::has_avx2() {
+                all.push(Isa::Avx2);
+            }
+        }
+        all.push(Isa::Portable);
+        all
+    }
+
+    /// The fastest this CPU runs.
+    pub(super) fn best() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::host::has_avx512vl() {
+                return Isa::Avx512;
+            }
+            if crate::host::has_avx2() {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Portable
+    }
+}
+
 /// Attention of the pre-scaled queries `q` (`[pairs, rep, D]`, query heads grouped by
-/// their KV head) over the tokens of `span`, for every (batch, KV head) pair.
-pub(super) fn span(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
+/// their KV head) over the tokens of `span`, for every (batch, KV head) pair, with the
+/// loops compiled for `isa` (the portable ones where this CPU lacks it).
+pub(super) fn span(isa: Isa, kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
     #[cfg(target_arch = "x86_64")]
     {
+        #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+        fn avx512(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
+            pairs::<Fused512>(kv, q, rep, span)
+        }
         #[target_feature(enable = "avx2,fma")]
         fn avx2(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
             pairs::<Fused>(kv, q, rep, span)
         }
-        if crate::host::has_avx2() {
+        if isa == Isa::Avx512 && crate::host::has_avx512vl() {
+            // SAFETY: the CPU supports AVX-512 F and VL, AVX2 and FMA (checked at run time).
+            return unsafe { avx512(kv, q, rep, span) };
+        }
+        if matches!(isa, Isa::Avx512 | Isa::Avx2) && crate::host::has_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
             return unsafe { avx2(kv, q, rep, span) };
         }
     }
+    let _ = isa;
     pairs::<Separate>(kv, q, rep, span)
+}
+
+/// How the loops turn packed codes into floats, for the instruction set they are
+/// compiled for; the multiply-add comes with it.
+trait Unpack: MulAdd {
+    /// The `PW = 32 / BITS` codes of a word, lowest bits first, centred (`code - mid`).
+    #[inline(always)]
+    fn unpack<const BITS: u32, const PW: usize>(word: u32) -> [f32; PW] {
+        unpack::<BITS, PW>(word)
+    }
+}
+
+impl Unpack for Separate {}
+
+/// AVX2: two-bit codes through a table ([`table2`]).
+#[cfg(target_arch = "x86_64")]
+impl Unpack for Fused {
+    #[inline(always)]
+    fn unpack<const BITS: u32, const PW: usize>(word: u32) -> [f32; PW] {
+        if BITS == 2 {
+            // SAFETY: the loops take `Fused` only in `span`'s AVX2 function.
+            unsafe { table2::<PW>(word) }
+        } else {
+            unpack::<BITS, PW>(word)
+        }
+    }
+}
+
+/// Fused multiply-adds inside functions compiled for AVX-512 F and VL as well as AVX2
+/// and FMA.
+#[cfg(target_arch = "x86_64")]
+struct Fused512;
+
+#[cfg(target_arch = "x86_64")]
+impl MulAdd for Fused512 {
+    #[inline(always)]
+    fn mul_add(a: f32, b: f32, c: f32) -> f32 {
+        Fused::mul_add(a, b, c)
+    }
+}
+
+/// AVX-512: two-bit codes as under AVX2, four-bit codes through a table ([`table4`]).
+#[cfg(target_arch = "x86_64")]
+impl Unpack for Fused512 {
+    #[inline(always)]
+    fn unpack<const BITS: u32, const PW: usize>(word: u32) -> [f32; PW] {
+        // SAFETY: the loops take `Fused512` only in `span`'s AVX-512 function.
+        unsafe {
+            if BITS == 2 {
+                table2::<PW>(word)
+            } else {
+                table4::<PW>(word)
+            }
+        }
+    }
 }
 
 /// A plain loop, no closure: a closure would be compiled without the caller's target
 /// features, and [`Fused`]'s `mul_add` would become a library call.
 #[inline(always)]
-fn pairs<M: MulAdd>(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
+fn pairs<M: Unpack>(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
     let d = kv.key_dim;
     let mut parts = Vec::with_capacity(kv.batch * kv.heads);
     // The float16 window's chunks, converted: one buffer for the whole span.
@@ -59,7 +173,7 @@ fn pairs<M: MulAdd>(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<P
 /// Attention of `rep` query rows `q` (`[rep, D]`) over pair `index`'s tokens in `span`:
 /// its quantized tokens, then its window tokens (a float16 window converted in `window`).
 #[inline(always)]
-fn head<M: MulAdd>(
+fn head<M: Unpack>(
     kv: &Parts<'_>,
     index: usize,
     q: &[f32],
@@ -164,6 +278,49 @@ fn unpack<const BITS: u32, const PW: usize>(word: u32) -> [f32; PW] {
     out
 }
 
+/// A word's sixteen two-bit codes, centred, through a table: the word shifted by each
+/// lane's amount, then `vpermilps`, which reads only the low two bits of each lane, picks
+/// the centred value. Two instructions per eight codes, where masking, converting and
+/// centring took four.
+///
+/// # Safety
+/// The CPU must support AVX2, and `PW` must be 16.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn table2<const PW: usize>(word: u32) -> [f32; PW] {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(PW, 16);
+    let w = _mm256_set1_epi32(word as i32);
+    let table = _mm256_setr_ps(-1.5, -0.5, 0.5, 1.5, -1.5, -0.5, 0.5, 1.5);
+    let low = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    let high = _mm256_srlv_epi32(w, _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30));
+    let mut out = [0f32; PW];
+    _mm256_storeu_ps(out.as_mut_ptr(), _mm256_permutevar_ps(table, low));
+    _mm256_storeu_ps(out.as_mut_ptr().add(8), _mm256_permutevar_ps(table, high));
+    out
+}
+
+/// A word's eight four-bit codes, centred, through a sixteen-entry table: the word shifted
+/// by each lane's amount, then `vpermt2ps`, which reads only the low four bits of each
+/// lane. Two instructions per eight codes, where masking, converting and centring took
+/// four.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and VL, and `PW` must be 8.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn table4<const PW: usize>(word: u32) -> [f32; PW] {
+    use std::arch::x86_64::*;
+    debug_assert_eq!(PW, 8);
+    let w = _mm256_set1_epi32(word as i32);
+    let low = _mm256_setr_ps(-7.5, -6.5, -5.5, -4.5, -3.5, -2.5, -1.5, -0.5);
+    let high = _mm256_setr_ps(0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5);
+    let index = _mm256_srlv_epi32(w, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    let mut out = [0f32; PW];
+    _mm256_storeu_ps(out.as_mut_ptr(), _mm256_permutex2var_ps(low, index, high));
+    out
+}
+
 /// How far ahead in a channel row of packed keys [`prefetch`] asks for: two cache lines.
 ///
 /// A block of keys reads a few words from each of D channel rows, far apart: D
@@ -231,7 +388,7 @@ impl KeyGroup<'_> {
     /// A channel's words are adjacent, and its query factors are loaded once for all of
     /// them.
     #[inline(always)]
-    fn block<M: MulAdd, const BITS: u32, const PW: usize, const NR: usize>(
+    fn block<M: Unpack, const BITS: u32, const PW: usize, const NR: usize>(
         &self,
         w: usize,
         col: usize,
@@ -239,18 +396,26 @@ impl KeyGroup<'_> {
         scores: &mut [f32],
         ld: usize,
     ) {
+        let (d, words) = (self.dim, self.words);
+        // Checked once here, so that the loop below reads without bounds checks: they
+        // were most of its instructions, and their registers pushed the accumulators'
+        // neighbours to the stack.
+        assert!(w + BLOCK / PW <= words && d * words <= self.packed.len());
+        assert!((r0 + NR) * d <= self.a.len());
         let mut acc = [[0f32; BLOCK]; NR];
-        let d = self.dim;
         for c in 0..d {
-            let row = &self.packed[c * self.words..(c + 1) * self.words];
-            prefetch(row.as_ptr().wrapping_add(w + PREFETCH_WORDS));
-            let words = &row[w..][..BLOCK / PW];
+            // SAFETY: `c < d` and `w + BLOCK / PW <= words` (asserted above), so the
+            // block's words of channel row `c` lie inside `packed`.
+            let row = unsafe { self.packed.as_ptr().add(c * words + w) };
+            prefetch(row.wrapping_add(PREFETCH_WORDS));
             let mut a = [0f32; NR];
             for (r, a) in a.iter_mut().enumerate() {
-                *a = self.a[(r0 + r) * d + c];
+                // SAFETY: `(r0 + r) * d + c < (r0 + NR) * d <= a.len()` (asserted above).
+                *a = unsafe { *self.a.get_unchecked((r0 + r) * d + c) };
             }
-            for (i, &word) in words.iter().enumerate() {
-                let codes = unpack::<BITS, PW>(word);
+            for i in 0..BLOCK / PW {
+                // SAFETY: `i < BLOCK / PW`: inside the block (above).
+                let codes = M::unpack::<BITS, PW>(unsafe { *row.add(i) });
                 for (acc, &a) in acc.iter_mut().zip(&a) {
                     for (o, &code) in acc[i * PW..][..PW].iter_mut().zip(&codes) {
                         *o = M::mul_add(a, code, *o);
@@ -271,7 +436,7 @@ impl KeyGroup<'_> {
 /// Scores `[rep, ld]` (from column 0) of query rows `q` (`[rep, D]`) over the quantized
 /// keys of `span`, one group at a time.
 #[inline(always)]
-fn key_scores<M: MulAdd, const BITS: u32, const PW: usize>(
+fn key_scores<M: Unpack, const BITS: u32, const PW: usize>(
     k: &QuantizedHead<'_>,
     q: &[f32],
     rep: usize,
@@ -331,7 +496,7 @@ fn key_scores<M: MulAdd, const BITS: u32, const PW: usize>(
 /// loop, they cost more than the codes' multiply-adds: every block of a group repeated
 /// them, with strided loads of the weights, scales and zeros.)
 #[inline(always)]
-fn value_output<M: MulAdd, const BITS: u32, const PW: usize>(
+fn value_output<M: Unpack, const BITS: u32, const PW: usize>(
     v: &QuantizedHead<'_>,
     weights: &[f32],
     ld: usize,
@@ -358,12 +523,13 @@ fn value_output<M: MulAdd, const BITS: u32, const PW: usize>(
         let channels = group * g..(group + 1) * g;
         for r0 in (0..rep).step_by(ROWS) {
             let nr = ROWS.min(rep - r0);
-            // Token-major, `nr` to a token: a token's factors for the rows are adjacent.
+            // Row by row: a plain vector loop (token-major, with a stride of `nr`, it was
+            // a scalar one).
             let factors = &mut factors[..tokens * nr];
-            for r in 0..nr {
+            for (r, f) in factors.chunks_exact_mut(tokens).enumerate() {
                 let w = &weights[(r0 + r) * ld..][..tokens];
-                for ((f, &w), &s) in factors.chunks_exact_mut(nr).zip(w).zip(&scale) {
-                    f[r] = w * s;
+                for ((f, &w), &s) in f.iter_mut().zip(w).zip(&scale) {
+                    *f = w * s;
                 }
                 let bias = dot::<M>(w, &zero);
                 for o in &mut out[(r0 + r) * dv..][channels.clone()] {
@@ -373,6 +539,7 @@ fn value_output<M: MulAdd, const BITS: u32, const PW: usize>(
             let rows = ValueRows {
                 packed,
                 words,
+                tokens,
                 factors,
             };
             for first in channels.clone().step_by(BLOCK) {
@@ -389,7 +556,9 @@ struct ValueRows<'a> {
     packed: &'a [u32],
     /// Words per token.
     words: usize,
-    /// `[tokens, NR]`: `w[r, n] * scale[n, group]` for the group being read.
+    /// Tokens in the span.
+    tokens: usize,
+    /// `[NR, tokens]`: `w[r, n] * scale[n, group]` for the group being read.
     factors: &'a [f32],
 }
 
@@ -398,19 +567,30 @@ impl ValueRows<'_> {
     /// for the [`BLOCK`] channels from `first` (inside one group: groups are 32 channels
     /// or more).
     #[inline(always)]
-    fn block<M: MulAdd, const BITS: u32, const PW: usize, const NR: usize>(
+    fn block<M: Unpack, const BITS: u32, const PW: usize, const NR: usize>(
         &self,
         first: usize,
         dv: usize,
         out: &mut [f32],
     ) {
+        let (words, tokens) = (self.words, self.tokens);
+        // Checked once here, so that the loop below reads without bounds checks.
+        assert!(first / PW + BLOCK / PW <= words && tokens * words <= self.packed.len());
+        assert!(NR * tokens <= self.factors.len());
         let mut acc = [[0f32; BLOCK]; NR];
-        let tokens = self.packed.chunks_exact(self.words);
-        for (words, factors) in tokens.zip(self.factors.chunks_exact(NR)) {
-            let codes = &words[first / PW..][..BLOCK / PW];
-            for (i, &word) in codes.iter().enumerate() {
-                let codes = unpack::<BITS, PW>(word);
-                for (acc, &a) in acc.iter_mut().zip(factors) {
+        for n in 0..tokens {
+            // SAFETY: `n < tokens` and the block's words lie inside a token's row
+            // (asserted above).
+            let row = unsafe { self.packed.as_ptr().add(n * words + first / PW) };
+            let mut a = [0f32; NR];
+            for (r, a) in a.iter_mut().enumerate() {
+                // SAFETY: `r * tokens + n < NR * tokens <= factors.len()` (above).
+                *a = unsafe { *self.factors.get_unchecked(r * tokens + n) };
+            }
+            for i in 0..BLOCK / PW {
+                // SAFETY: `i < BLOCK / PW`: inside the block (above).
+                let codes = M::unpack::<BITS, PW>(unsafe { *row.add(i) });
+                for (acc, &a) in acc.iter_mut().zip(&a) {
                     for (o, &code) in acc[i * PW..][..PW].iter_mut().zip(&codes) {
                         *o = M::mul_add(a, code, *o);
                     }

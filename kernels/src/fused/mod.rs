@@ -154,7 +154,9 @@ fn attend(kv: &Parts<'_>, q: &[f32], rep: usize, threads: usize) -> Vec<f32> {
     let spans = spans(kv.quantized, kv.residual, group, threads);
     // The team's threads, not threads spawned per call: a decode step makes one call per
     // layer, and a spawn plus join cost about as much as a 4k-token span.
-    let parts: Vec<Vec<Partial>> = team::map(spans.len(), |i| loops::span(kv, q, rep, &spans[i]));
+    let isa = loops::Isa::best();
+    let parts: Vec<Vec<Partial>> =
+        team::map(spans.len(), |i| loops::span(isa, kv, q, rep, &spans[i]));
     combine(&parts, rep, kv.value_dim)
 }
 
@@ -191,16 +193,60 @@ mod tests {
     use super::*;
     use crate::testdata::{Layer, PackedLayer, Profile};
 
+    /// A layer of SmolLM2's shapes (9 query heads over 3 KV heads of 64) with `tokens`
+    /// tokens and outlier channels, and its keys, values and queries as arrays.
+    fn smollm_layer(seed: u64, tokens: usize) -> (Layer, [Array; 3]) {
+        let layer = Layer::new(seed, Profile::Outliers, (9, 3, 64), tokens, 1);
+        let shape = [1, 3, tokens as i32, 64];
+        let arrays = [
+            Array::from_slice(&layer.keys, &shape),
+            Array::from_slice(&layer.values, &shape),
+            Array::from_slice(&layer.queries, &[1, 9, 1, 64]),
+        ];
+        (layer, arrays)
+    }
+
+    /// The loops compiled for each instruction set this CPU has give the portable loops'
+    /// result (the same arithmetic, with fused or separate multiply-adds).
+    #[test]
+    fn every_instruction_set_gives_the_portable_result() {
+        let (layer, [keys, values, queries]) = smollm_layer(5, 1000);
+        let q: Vec<f32> = layer.queries.iter().map(|x| x * 0.125).collect();
+        for bits in [2, 4] {
+            let packed = PackedLayer::new(&keys, &values, bits, 32, 128).unwrap();
+            let view = packed.view();
+            let held = Held::new(&view, &queries).unwrap();
+            let kv = held.parts().unwrap();
+            let all = span::Span {
+                tokens: 0..kv.quantized,
+                window: 0..kv.residual,
+            };
+            let portable = loops::span(loops::Isa::Portable, &kv, &q, 3, &all);
+            for isa in loops::Isa::available() {
+                let parts = loops::span(isa, &kv, &q, 3, &all);
+                for (p, want) in parts.iter().zip(&portable) {
+                    let scale = want.sum.iter().fold(0f32, |m, s| m.max(s.abs()));
+                    for (x, y) in p.sum.iter().zip(&want.sum) {
+                        assert!((x - y).abs() <= 1e-5 * scale, "{isa:?}, {bits} bits");
+                    }
+                    for (x, y) in p.max.iter().zip(&want.max) {
+                        assert!(
+                            (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                            "{isa:?}, {bits} bits"
+                        );
+                    }
+                    let err = crate::reference_attention::compare(&p.out, &want.out, 64);
+                    assert!(err.relative < 1e-5, "{isa:?}, {bits} bits: {err:?}");
+                }
+            }
+        }
+    }
+
     /// Spans on several threads combine to the one-thread result (same arithmetic,
     /// another summation order).
     #[test]
     fn threads_combine_to_the_single_thread_result() {
-        let tokens = 5000;
-        let layer = Layer::new(11, Profile::Outliers, (9, 3, 64), tokens, 1);
-        let shape = [1, 3, tokens as i32, 64];
-        let keys = Array::from_slice(&layer.keys, &shape);
-        let values = Array::from_slice(&layer.values, &shape);
-        let queries = Array::from_slice(&layer.queries, &[1, 9, 1, 64]);
+        let (_, [keys, values, queries]) = smollm_layer(11, 5000);
         for bits in [2, 4] {
             let packed = PackedLayer::new(&keys, &values, bits, 32, 128).unwrap();
             let one = decode_on(&queries, packed.view(), 0.125, 1).unwrap();

@@ -41,3 +41,13 @@ pub(crate) fn has_avx2() -> bool {
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
+
+/// True when the CPU has AVX-512 F and VL as well as AVX2 and FMA (checked once).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512vl() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        has_avx2() && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+    })
+}
