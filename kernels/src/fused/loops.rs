@@ -41,41 +41,43 @@ pub(super) enum Isa {
 }
 
 impl Isa {
+    /// Every set, fastest first.
+    const ALL: [Isa; 3] = [Isa::Avx512, Isa::Avx2, Isa::Portable];
+
+    /// Whether this CPU runs the loops compiled for this set (checked once per feature).
+    fn runs_here(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => crate::host::has_avx512vl(),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => crate::host::has_avx2(),
+            Isa::Portable => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
     /// Those this CPU runs, fastest first (the last is always [`Isa::Portable`]).
     #[cfg(test)]
     pub(super) fn available() -> Vec<Isa> {
-        let mut all = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::host::has_avx512vl() {
-                all.push(Isa::Avx512);
-            }
-            if crate::host::has_avx2() {
-                all.push(Isa::Avx2);
-            }
-        }
-        all.push(Isa::Portable);
-        all
+        Self::ALL
+            .into_iter()
+            .filter(|isa| isa.runs_here())
+            .collect()
     }
 
     /// The fastest this CPU runs.
     pub(super) fn best() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if crate::host::has_avx512vl() {
-                return Isa::Avx512;
-            }
-            if crate::host::has_avx2() {
-                return Isa::Avx2;
-            }
-        }
-        Isa::Portable
+        Self::ALL
+            .into_iter()
+            .find(|isa| isa.runs_here())
+            .unwrap_or(Isa::Portable)
     }
 }
 
 /// Attention of the pre-scaled queries `q` (`[pairs, rep, D]`, query heads grouped by
 /// their KV head) over the tokens of `span`, for every (batch, KV head) pair, with the
-/// loops compiled for `isa` (the portable ones where this CPU lacks it).
+/// loops compiled for `isa` (the next slower set where this CPU lacks it).
 pub(super) fn span(isa: Isa, kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
     #[cfg(target_arch = "x86_64")]
     {
@@ -87,11 +89,11 @@ pub(super) fn span(isa: Isa, kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span)
         fn avx2(kv: &Parts<'_>, q: &[f32], rep: usize, span: &Span) -> Vec<Partial> {
             pairs::<Fused>(kv, q, rep, span)
         }
-        if isa == Isa::Avx512 && crate::host::has_avx512vl() {
+        if isa == Isa::Avx512 && Isa::Avx512.runs_here() {
             // SAFETY: the CPU supports AVX-512 F and VL, AVX2 and FMA (checked at run time).
             return unsafe { avx512(kv, q, rep, span) };
         }
-        if matches!(isa, Isa::Avx512 | Isa::Avx2) && crate::host::has_avx2() {
+        if isa != Isa::Portable && Isa::Avx2.runs_here() {
             // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
             return unsafe { avx2(kv, q, rep, span) };
         }
