@@ -49,7 +49,14 @@ def main():
         usage,
     )
     kv, timings = kv_of(usage)
-    check("chat: usage.kv_cache", kv and kv["config"] == "full" and kv["held_bytes"] > 0, usage)
+    check(
+        "chat: usage.kv_cache",
+        kv
+        and kv["config"]
+        and kv["held_bytes"] > 0
+        and kv["tokens"] == usage.prompt_tokens + usage.completion_tokens,
+        usage,
+    )
     check("chat: usage.timings", timings and timings["time_to_first_token_s"] is not None, usage)
 
     # Streamed, with the KIVI cache picked per request and usage in the last chunk.
@@ -137,6 +144,19 @@ def main():
         cut.choices[0].text == full[: full.find(stop)] and cut.choices[0].finish_reason == "stop",
         (stop, cut.choices[0].text, full),
     )
+
+    # Short prompts, one word to eight: each is answered (the default cache's sinks are
+    # still filling for the shortest).
+    words = "Once upon a time there was a little".split()
+    for n in range(1, len(words) + 1):
+        out = client.completions.create(
+            model=model, prompt=" ".join(words[:n]), max_tokens=3, temperature=0
+        )
+        check(
+            f"completions: a {n}-word prompt",
+            out.choices[0].finish_reason in ("length", "stop") and out.usage.prompt_tokens >= n,
+            out,
+        )
 
     # Errors arrive as the client's exceptions, with OpenAI's fields.
     try:

@@ -1,12 +1,14 @@
 //! The official `openai` Python client against the server: runs
 //! `scripts/openai_client_check.py` in the project's virtual environment (`.venv`, where
-//! `scripts/requirements.txt` installs `openai`) against a server on the offline SmolLM2.
+//! `scripts/requirements.txt` installs `openai`) against a server on the offline SmolLM2
+//! with the default cache.
 
 mod server_support;
 
 use std::path::PathBuf;
 
-use server_support::{offline::workspace_root, start};
+use kivi_engine::cache::CacheConfig;
+use server_support::{offline::workspace_root, start_with};
 
 fn python() -> PathBuf {
     let root = workspace_root();
@@ -35,7 +37,12 @@ fn python() -> PathBuf {
 #[tokio::test]
 async fn the_openai_python_client_works_against_the_server() {
     let python = python();
-    let server = start(|c| c.token = Some("test-key".into())).await;
+    // The cache `kivi serve` runs by default.
+    let server = start_with(
+        |e| e.cache = CacheConfig::recommended(),
+        |c| c.token = Some("test-key".into()),
+    )
+    .await;
     let script = workspace_root().join("scripts/openai_client_check.py");
     let base = server.base.clone();
     let output = tokio::task::spawn_blocking(move || {

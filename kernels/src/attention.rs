@@ -50,6 +50,37 @@ fn host_slice(a: &Array) -> Result<&[f32], KernelError> {
         .map_err(|e| KernelError::Shape(format!("cannot read an array on the host: {e}")))
 }
 
+/// One run of a cache's keys and values in float32, `[B, H, T, D]` each (keys `[B, H, D, T]`
+/// when channel-major): the tokens `rows` of every (batch, KV head) pair.
+struct Part<'a> {
+    keys: &'a [f32],
+    key_shape: &'a [usize],
+    values: &'a [f32],
+    value_shape: &'a [usize],
+    channel_major: bool,
+    rows: std::ops::Range<usize>,
+}
+
+impl<'a> Part<'a> {
+    /// Tokens `rows` of token-major keys and values.
+    fn rows(
+        keys: &'a [f32],
+        key_shape: &'a [usize],
+        values: &'a [f32],
+        value_shape: &'a [usize],
+        rows: std::ops::Range<usize>,
+    ) -> Self {
+        Self {
+            keys,
+            key_shape,
+            values,
+            value_shape,
+            channel_major: false,
+            rows,
+        }
+    }
+}
+
 /// The same attention as [`attend_mlx`], on the CPU: the quantized history is dequantized
 /// (to float32, for this call only, by [`crate::host::dequantize`]) and attended with the
 /// residual window by [`crate::host::attention`] (BLAS products, vectorized softmax).
@@ -102,35 +133,33 @@ pub fn attend_host(
             ))
         }
     };
-    // (keys, their shape, values, their shape, channel-major keys) per segment.
-    type Part<'a> = (&'a [f32], Vec<usize>, &'a [f32], Vec<usize>, bool);
+    // The segments in position order: the residual's leading sinks, the history, then the
+    // window. The sinks and the window are runs of rows of the same residual buffers; while
+    // the sinks are still filling the window is empty, and an empty run is no segment.
     let mut parts: Vec<Part<'_>> = Vec::with_capacity(3);
-    // The residual's leading sinks come first in position order, then the history, then
-    // the window.
-    let residual = residual
-        .as_ref()
-        .map(|((k, ks), (v, vs))| (k.as_slice(), ks.clone(), v.as_slice(), vs.clone()));
-    if let Some((k, ks, v, vs)) = &residual {
-        if cache.sinks > 0 {
-            parts.push((k, ks.clone(), v, vs.clone(), false));
-        }
+    let residual = residual.as_ref();
+    let residual_tokens = residual.map_or(0, |(_, (_, vs))| vs.get(2).copied().unwrap_or(0));
+    let sinks = cache.sinks.min(residual_tokens);
+    if let Some(((k, ks), (v, vs))) = residual.filter(|_| sinks > 0) {
+        parts.push(Part::rows(k, ks, v, vs, 0..sinks));
     }
-    if let Some(((k, key_shape), (v, value_shape))) = &history {
-        let channel_major = cache.key_axis == KeyAxis::PerChannel;
-        parts.push((k, key_shape.clone(), v, value_shape.clone(), channel_major));
+    if let Some(((k, ks), (v, vs))) = &history {
+        parts.push(Part {
+            channel_major: cache.key_axis == KeyAxis::PerChannel,
+            ..Part::rows(k, ks, v, vs, 0..vs.get(2).copied().unwrap_or(0))
+        });
     }
-    if let Some((k, ks, v, vs)) = &residual {
-        parts.push((k, ks.clone(), v, vs.clone(), false));
+    if let Some(((k, ks), (v, vs))) = residual.filter(|_| residual_tokens > sinks) {
+        parts.push(Part::rows(k, ks, v, vs, sinks..residual_tokens));
     }
-    let sink_part = usize::from(cache.sinks > 0 && residual.is_some());
     let (batch_n, kv_n, dim_n) = (batch as usize, kv_heads as usize, dim as usize);
     let value_dim = parts
         .first()
-        .map_or(0, |p| p.3.get(3).copied().unwrap_or(0));
+        .map_or(0, |p| p.value_shape.get(3).copied().unwrap_or(0));
     let mut keys = Vec::with_capacity(parts.len());
     let mut values = Vec::with_capacity(parts.len());
-    let last = parts.len().saturating_sub(1);
-    for (index, (k, ks, v, vs, channel_major)) in parts.iter().enumerate() {
+    for part in &parts {
+        let (ks, vs) = (part.key_shape, part.value_shape);
         let misfit = || {
             KernelError::Shape(format!(
                 "cache arrays {ks:?} and {vs:?} do not fit queries {:?}",
@@ -141,27 +170,24 @@ pub fn attend_host(
             return Err(misfit());
         }
         let tokens = vs[2];
-        let key_rows = if *channel_major { dim_n } else { tokens };
-        let key_cols = if *channel_major { tokens } else { dim_n };
+        let (key_rows, key_cols) = if part.channel_major {
+            (dim_n, tokens)
+        } else {
+            (tokens, dim_n)
+        };
         if (ks[2], ks[3]) != (key_rows, key_cols) || vs[3] != value_dim {
             return Err(misfit());
         }
-        // The residual's tokens split into its sinks (the first part) and its window (the
-        // last): each a run of rows of the same buffers.
-        let (skip, len) = match (sink_part, index) {
-            (1, 0) => (0, cache.sinks.min(tokens)),
-            (1, i) if i == last => (cache.sinks.min(tokens), tokens - cache.sinks.min(tokens)),
-            _ => (0, tokens),
-        };
+        let (skip, len) = (part.rows.start, part.rows.len());
         keys.push(Segment {
-            data: &k[skip * dim_n..],
+            data: &part.keys[skip * dim_n..],
             len,
             head_stride: key_rows * key_cols,
             row_stride: key_cols,
-            channel_major: *channel_major,
+            channel_major: part.channel_major,
         });
         values.push(Segment {
-            data: &v[skip * value_dim..],
+            data: &part.values[skip * value_dim..],
             len,
             head_stride: tokens * value_dim,
             row_stride: value_dim,

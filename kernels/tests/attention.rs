@@ -112,10 +112,15 @@ fn causal_chunks_match_the_dequantized_reference() {
 
 /// KIVI+'s sinks: the residual arrays hold the first tokens ahead of the window, and chunk
 /// attention must order them before the quantized history (a chunk that starts at 0 sees
-/// sinks causally among themselves).
+/// sinks causally among themselves). While the sinks are still filling (as many tokens as
+/// sinks or fewer) the residual is all sinks and the window empty.
 #[test]
 fn sinks_are_attended_in_position_order() {
-    for (tokens, chunk) in [(300, 1), (300, 50), (64, 64), (20, 20), (140, 9)] {
+    let filling = [(3, 2), (4, 4), (4, 3), (16, 7), (2, 2)];
+    for (tokens, chunk) in [(300, 1), (300, 50), (64, 64), (20, 20), (140, 9)]
+        .into_iter()
+        .chain(filling)
+    {
         let layer = Layer::new(
             tokens as u64 + 5,
             Profile::Outliers,

@@ -50,6 +50,14 @@ pub struct Shape {
 
 impl Segment<'_> {
     fn operand(&self, pair: usize, dim: usize, as_keys: bool) -> Result<Operand<'_>, KernelError> {
+        // An empty segment has no rows to bound (nor any product to take part in).
+        if self.len == 0 {
+            return Ok(Operand {
+                data: &[],
+                ld: self.row_stride.max(1),
+                trans: false,
+            });
+        }
         let start = pair * self.head_stride;
         let (rows, cols) = if self.channel_major {
             (dim, self.len)
