@@ -19,7 +19,7 @@ cd "$ROOT"
 SECONDS_PER_TARGET=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf_metadata cache_file)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(gguf_metadata cache_file prompt_chunks)
 
 # The test suite's rust stage writes the seeds too (it sets KIVI_FUZZ_SEEDS), which spares
 # this script a build of the engine's tests with another feature set.
