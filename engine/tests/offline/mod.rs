@@ -30,6 +30,18 @@ pub fn smollm2_path() -> PathBuf {
     path
 }
 
+/// The offline Qwen2.5-Coder-0.5B-Instruct GGUF (Q4_K_M); panics with the fix when it is
+/// absent.
+pub fn qwen25_path() -> PathBuf {
+    let path = workspace_root().join(".data/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
+    assert!(
+        path.is_file(),
+        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
+        path.display()
+    );
+    path
+}
+
 /// An engine on the offline model with the given options tweaks.
 pub async fn engine(tweak: impl FnOnce(&mut EngineOptions)) -> Engine {
     let mut options = EngineOptions::new(ModelSource::Path(smollm2_path()));
