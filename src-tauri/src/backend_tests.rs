@@ -19,8 +19,8 @@ use crate::error::ErrorCode;
 use crate::events::{names, RecordingSink};
 use crate::state::{App, AppConfig, AppState};
 use crate::store::{
-    BackendChoice, CacheMode, DownloadFile, DownloadRecord, DownloadState, MessageStatus, Settings,
-    Store,
+    BackendChoice, CacheMode, DownloadFile, DownloadRecord, DownloadState, MessageStatus,
+    RotationSetting, Settings, Store,
 };
 use crate::types::ModelAvailability;
 
@@ -611,7 +611,7 @@ async fn kivi_plus_settings_reach_the_engine_and_the_panel_shows_its_window() {
     // A small window so that a short conversation already quantizes groups after the sinks.
     s.cache.residual_length = 32;
     s.cache.sinks = 4;
-    s.cache.rotation = true;
+    s.cache.rotation = RotationSetting::Both;
     assert!(settings::update(&h.app, s).await.unwrap().cache_reset);
     let system = "You are a careful assistant on a ship. Answer in one short sentence. \
                   Whales, harpoons, the sea, the crew, the captain, the log book, the weather \
@@ -622,7 +622,7 @@ async fn kivi_plus_settings_reach_the_engine_and_the_panel_shows_its_window() {
     let (_, events) = ask(&h, &chat.id, "Who keeps the log book on a whaling ship?").await;
     let done = &events.last().unwrap().1["message"]["stats"];
     assert_eq!(done["cache"]["sinks"], 4);
-    assert_eq!(done["cache"]["rotation"], true);
+    assert_eq!(done["cache"]["rotation"], "both");
 
     let snap = stats::snapshot(&h.app).await.unwrap();
     let got = chats::get(&h.app, chat.id.clone()).await.unwrap();
@@ -654,7 +654,7 @@ async fn kivi_plus_settings_reach_the_engine_and_the_panel_shows_its_window() {
     );
 
     // Rotation off is another cache: saving it resets every cache.
-    s.cache.rotation = false;
+    s.cache.rotation = RotationSetting::None;
     assert!(settings::update(&h.app, s).await.unwrap().cache_reset);
     assert_eq!(
         chats::get(&h.app, chat.id.clone())

@@ -9,10 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kivi_engine::cache::{CacheConfig as EngineCache, KiviConfig, Rotation};
+use kivi_engine::cache::{CacheConfig as EngineCache, KiviConfig};
 use kivi_engine::stats::KvStats;
 
-use crate::store::{CacheMode, CacheSettings, ChatCacheInfo};
+use crate::store::{CacheMode, CacheSettings, ChatCacheInfo, RotationSetting};
 
 /// One chat's cache as last seen: the engine's own figures, so the panel never recomputes
 /// (and never disagrees with) the cache's window arithmetic.
@@ -115,8 +115,8 @@ impl ChatCaches {
     }
 }
 
-/// The engine's cache settings for the app's (the app offers rotation off or on for both
-/// keys and values; the engine's keys-only and values-only rotations are for experiments).
+/// The engine's cache settings for the app's (the app offers rotation off, of values, or of
+/// keys and values; the engine's keys-only rotation is for experiments).
 pub fn engine_cache(settings: &CacheSettings) -> EngineCache {
     match settings.mode {
         CacheMode::Fp16 => EngineCache::Full,
@@ -127,13 +127,7 @@ pub fn engine_cache(settings: &CacheSettings) -> EngineCache {
             settings.residual_length as usize,
         )
         .and_then(|c| c.with_sinks(settings.sinks as usize))
-        .map(|c| {
-            c.with_rotation(if settings.rotation {
-                Rotation::Both
-            } else {
-                Rotation::None
-            })
-        })
+        .map(|c| c.with_rotation(settings.rotation.engine()))
         // Settings are validated when saved (the same rules), so this holds; fall back to
         // the paper's defaults rather than fail a generation if it ever did not.
         .map_or_else(
@@ -163,7 +157,7 @@ mod tests {
             group_size: 32,
             residual_length: 128,
             sinks: 0,
-            rotation: false,
+            rotation: RotationSetting::None,
             ..CacheSettings::default()
         };
         let mut s = plain_k2v2;
@@ -175,11 +169,13 @@ mod tests {
         // KIVI+: sinks and rotation reach the engine, in its short names.
         s.sinks = 4;
         assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4");
-        s.rotation = true;
+        s.rotation = RotationSetting::Values;
+        assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4-rotv");
+        s.rotation = RotationSetting::Both;
         assert_eq!(engine_cache(&s).to_string(), "k4v2-g64-r256-s4-rot");
         let k2v2_plus = CacheSettings {
             sinks: 4,
-            rotation: true,
+            rotation: RotationSetting::Both,
             ..plain_k2v2
         };
         let engine = engine_cache(&k2v2_plus);
@@ -191,9 +187,12 @@ mod tests {
         let EngineCache::Kivi(kivi) = engine else {
             panic!("a KIVI cache: {engine}")
         };
-        assert_eq!((kivi.sinks(), kivi.rotation()), (4, Rotation::Both));
+        assert_eq!(
+            (kivi.sinks(), kivi.rotation()),
+            (4, kivi_engine::cache::Rotation::Both)
+        );
         let rotated_only = CacheSettings {
-            rotation: true,
+            rotation: RotationSetting::Both,
             sinks: 16,
             ..plain_k2v2
         };
@@ -204,7 +203,7 @@ mod tests {
         assert_eq!(
             engine_cache(&CacheSettings {
                 sinks: 16,
-                rotation: false,
+                rotation: RotationSetting::None,
                 ..plain_k2v2
             })
             .to_string(),
@@ -217,7 +216,7 @@ mod tests {
         let mut t = s;
         t.k_bits = 2;
         t.sinks = 0;
-        t.rotation = false;
+        t.rotation = RotationSetting::None;
         assert!(same_cache(&s, &t));
         t.mode = CacheMode::Kivi;
         assert!(!same_cache(&s, &t));
@@ -225,7 +224,7 @@ mod tests {
         u.sinks = 16;
         assert!(!same_cache(&t, &u));
         u.sinks = t.sinks;
-        u.rotation = !t.rotation;
+        u.rotation = RotationSetting::Values;
         assert!(!same_cache(&t, &u));
     }
 

@@ -246,7 +246,7 @@ mod tests {
         // With 4 sinks they are their own segment: the window does not count them.
         let sinks = CacheSettings {
             sinks: 4,
-            rotation: true,
+            rotation: crate::store::RotationSetting::Both,
             ..config
         };
         live.describe(
@@ -278,7 +278,7 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["sinkTokens"], 4);
         assert_eq!(json["cache"]["sinks"], 4);
-        assert_eq!(json["cache"]["rotation"], true);
+        assert_eq!(json["cache"]["rotation"], "both");
 
         // A full window: the next token flushes.
         live.describe(

@@ -362,7 +362,7 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::super::types::{CacheMode, CacheSettings};
+    use super::super::types::{CacheMode, CacheSettings, RotationSetting};
     use super::*;
 
     fn stats() -> GenerationStats {
@@ -376,7 +376,7 @@ mod tests {
                 residual_length: 128,
                 // KIVI+ fields round-trip through the stored JSON too.
                 sinks: 4,
-                rotation: true,
+                rotation: RotationSetting::Both,
             },
             prompt_tokens: 42,
             generated_tokens: 7,

@@ -6,7 +6,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::types::{
-    BackendChoice, CacheMode, CacheSettings, SamplingSettings, Settings, DEFAULT_DISK_CACHE_MIB,
+    BackendChoice, CacheMode, CacheSettings, RotationSetting, SamplingSettings, Settings,
+    DEFAULT_DISK_CACHE_MIB,
 };
 use super::{Result, Store, StoreError};
 
@@ -34,8 +35,8 @@ pub const MAX_DISK_CACHE_MIB: u32 = 1 << 20;
 
 impl Default for CacheSettings {
     /// The engine's recommended cache ([`kivi_engine::cache::RECOMMENDED`]: KIVI K4 V2,
-    /// G 32, R 128 with KIVI+'s four sinks and rotation), so that the app and `kivi` start
-    /// from the same one.
+    /// G 32, R 128 with KIVI+'s four sinks and values rotated), so that the app and `kivi`
+    /// start from the same one.
     fn default() -> Self {
         let plain = CacheSettings {
             mode: CacheMode::Kivi,
@@ -44,7 +45,7 @@ impl Default for CacheSettings {
             group_size: 32,
             residual_length: 128,
             sinks: 0,
-            rotation: false,
+            rotation: RotationSetting::None,
         };
         match kivi_engine::cache::CacheConfig::recommended() {
             kivi_engine::cache::CacheConfig::Kivi(k) => CacheSettings {
@@ -54,7 +55,8 @@ impl Default for CacheSettings {
                 group_size: k.group_size() as u32,
                 residual_length: k.residual_length() as u32,
                 sinks: k.sinks() as u32,
-                rotation: k.rotation() == kivi_engine::cache::Rotation::Both,
+                rotation: RotationSetting::from_engine(k.rotation())
+                    .expect("the app offers the recommended cache's rotation"),
             },
             kivi_engine::cache::CacheConfig::Full => CacheSettings {
                 mode: CacheMode::Fp16,
@@ -329,7 +331,7 @@ mod tests {
         // f32 fields print as the UI typed them (`to_string`, as Tauri sends them).
         assert_eq!(
             serde_json::to_string(&s).unwrap(),
-            r#"{"cache":{"mode":"kivi","kBits":4,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":true},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto","diskCacheMib":2048}"#
+            r#"{"cache":{"mode":"kivi","kBits":4,"vBits":2,"groupSize":32,"residualLength":128,"sinks":4,"rotation":"values"},"contextLength":8192,"sampling":{"temperature":0.7,"topP":0.9,"topK":40,"repetitionPenalty":1.1,"maxTokens":1024,"seed":null},"backend":"auto","diskCacheMib":2048}"#
         );
         assert!(s.validate().is_ok());
         assert_eq!(Settings::defaults_for_model(None), s);
@@ -439,7 +441,7 @@ mod tests {
         edge.sampling.repetition_penalty = 2.0;
         edge.sampling.max_tokens = 32_768;
         edge.cache.sinks = 16;
-        edge.cache.rotation = true;
+        edge.cache.rotation = RotationSetting::Both;
         assert_eq!(fields(&edge), Vec::<&str>::new());
         for sinks in SINK_CHOICES {
             let mut s = ok;
@@ -491,7 +493,7 @@ mod tests {
     fn plain() -> Settings {
         let mut s = Settings::default();
         s.cache.sinks = 0;
-        s.cache.rotation = false;
+        s.cache.rotation = RotationSetting::None;
         s
     }
 
@@ -518,17 +520,20 @@ mod tests {
         assert!(kivi.cache_reset_needed(&sinks));
         assert!(sinks.cache_reset_needed(&kivi));
         let mut rotated = kivi;
-        rotated.cache.rotation = true;
+        rotated.cache.rotation = RotationSetting::Values;
         assert!(kivi.cache_reset_needed(&rotated));
         assert!(rotated.cache_reset_needed(&kivi));
         let mut both = sinks;
-        both.cache.rotation = true;
+        both.cache.rotation = RotationSetting::Values;
         assert!(sinks.cache_reset_needed(&both));
+        let mut keys_too = both;
+        keys_too.cache.rotation = RotationSetting::Both;
+        assert!(both.cache_reset_needed(&keys_too));
         assert!(!both.cache_reset_needed(&both));
         // ... and an fp16 cache ignores them, like the bits.
         let mut fp16c = fp16;
         fp16c.cache.sinks = 16;
-        fp16c.cache.rotation = true;
+        fp16c.cache.rotation = RotationSetting::Both;
         assert!(!fp16.cache_reset_needed(&fp16c));
         let mut back = fp16c;
         back.cache.mode = CacheMode::Kivi;
@@ -539,7 +544,7 @@ mod tests {
     fn kivi_plus_fields_default_to_the_recommended_cache_and_read_as_off_when_absent() {
         // New settings start from the engine's recommended cache.
         let c = CacheSettings::default();
-        assert_eq!((c.sinks, c.rotation), (4, true));
+        assert_eq!((c.sinks, c.rotation), (4, RotationSetting::Values));
         assert_eq!(
             crate::chat_cache::engine_cache(&c).to_string(),
             kivi_engine::cache::RECOMMENDED
@@ -553,16 +558,19 @@ mod tests {
             "backend": "auto"
         });
         let s: Settings = serde_json::from_value(old.clone()).unwrap();
-        assert_eq!((s.cache.sinks, s.cache.rotation), (0, false));
+        assert_eq!(
+            (s.cache.sinks, s.cache.rotation),
+            (0, RotationSetting::None)
+        );
         assert_eq!(s.cache.k_bits, 4);
         assert!(s.validate().is_ok());
         // They are always written, and read back.
         let mut on = s;
         on.cache.sinks = 16;
-        on.cache.rotation = true;
+        on.cache.rotation = RotationSetting::Both;
         let v = serde_json::to_value(on).unwrap();
         assert_eq!(v["cache"]["sinks"], json!(16));
-        assert_eq!(v["cache"]["rotation"], json!(true));
+        assert_eq!(v["cache"]["rotation"], json!("both"));
         assert_eq!(serde_json::from_value::<Settings>(v).unwrap(), on);
         // A row saved by an older build, straight from the database, reads as plain KIVI.
         let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,7 @@
 //! camelCase string, so the commands can return these as they are.
 
 use kivi_engine::backend::{Backend, BackendError};
+use kivi_engine::cache::Rotation;
 use serde::{Deserialize, Serialize};
 
 /// An opaque identifier chosen by the back end; the store uses stringified integers.
@@ -37,10 +38,75 @@ pub struct CacheSettings {
     /// good; 0, 4 or 16. Settings saved before KIVI+ have none, which reads as 0 (plain KIVI).
     #[serde(default)]
     pub sinks: u32,
-    /// KIVI+ Hadamard rotation: keys and values stored in a rotated basis. Settings saved
+    /// KIVI+ Hadamard rotation: what the cache stores in a rotated basis. Settings saved
     /// before KIVI+ have none, which reads as off (plain KIVI).
     #[serde(default)]
-    pub rotation: bool,
+    pub rotation: RotationSetting,
+}
+
+/// What a KIVI+ cache stores in a Hadamard basis (IPC `"none" | "values" | "both"`).
+///
+/// The app offers values alone (the recommended cache: it helps every model measured) and
+/// keys too (which helps SmolLM2's 2-bit keys and costs Qwen2.5 +12% to +139% perplexity,
+/// docs/benchmarks.md "Caches across models"); the engine's keys-only rotation is for
+/// experiments. Settings saved when this was an on/off switch read `true` as both and
+/// `false` as none, which is what the switch meant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RotationSetting {
+    /// Nothing rotated.
+    #[default]
+    None,
+    /// Values only; the attention output is rotated back.
+    Values,
+    /// Keys (after RoPE) and values.
+    Both,
+}
+
+impl RotationSetting {
+    /// The engine's rotation.
+    pub fn engine(self) -> Rotation {
+        match self {
+            RotationSetting::None => Rotation::None,
+            RotationSetting::Values => Rotation::Values,
+            RotationSetting::Both => Rotation::Both,
+        }
+    }
+
+    /// The app's setting for an engine rotation, if the app offers it (keys alone it does
+    /// not).
+    pub fn from_engine(rotation: Rotation) -> Option<Self> {
+        [Self::None, Self::Values, Self::Both]
+            .into_iter()
+            .find(|s| s.engine() == rotation)
+    }
+}
+
+impl<'de> Deserialize<'de> for RotationSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        enum Named {
+            None,
+            Values,
+            Both,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Saved {
+            Switch(bool),
+            Named(Named),
+        }
+        Ok(
+            match Saved::deserialize(d).map_err(|_| {
+                serde::de::Error::custom("rotation must be \"none\", \"values\" or \"both\"")
+            })? {
+                Saved::Switch(false) | Saved::Named(Named::None) => RotationSetting::None,
+                Saved::Named(Named::Values) => RotationSetting::Values,
+                Saved::Switch(true) | Saved::Named(Named::Both) => RotationSetting::Both,
+            },
+        )
+    }
 }
 
 /// The IPC name of [`CacheSettings`].
@@ -569,7 +635,7 @@ mod tests {
             group_size: 32,
             residual_length: 128,
             sinks: 0,
-            rotation: false,
+            rotation: RotationSetting::None,
         }
     }
 
@@ -605,10 +671,35 @@ mod tests {
             serde_json::to_value(&stats).unwrap(),
             json!({"modelId":"builtin/x",
                    "cache":{"mode":"kivi","kBits":2,"vBits":4,"groupSize":32,"residualLength":128,
-                            "sinks":0,"rotation":false},
+                            "sinks":0,"rotation":"none"},
                    "promptTokens":10,"generatedTokens":3,"ttftMs":null,"prefillTokensPerSec":1.5,
                    "decodeTokensPerSec":null,"kvFp16Bytes":100,"kvHeldBytes":30})
         );
+    }
+
+    #[test]
+    fn rotation_reads_its_names_and_the_old_switch() {
+        for (saved, want) in [
+            (json!("none"), RotationSetting::None),
+            (json!("values"), RotationSetting::Values),
+            (json!("both"), RotationSetting::Both),
+            (json!(false), RotationSetting::None),
+            (json!(true), RotationSetting::Both),
+        ] {
+            let got: RotationSetting = serde_json::from_value(saved.clone()).unwrap();
+            assert_eq!(got, want, "{saved}");
+        }
+        assert_eq!(
+            serde_json::to_value(RotationSetting::Values).unwrap(),
+            json!("values")
+        );
+        for bad in [json!("keys"), json!(1), json!(null), json!("Both")] {
+            let err = serde_json::from_value::<RotationSetting>(bad.clone()).unwrap_err();
+            assert!(
+                err.to_string().contains("\"none\", \"values\" or \"both\""),
+                "{bad}: {err}"
+            );
+        }
     }
 
     #[test]

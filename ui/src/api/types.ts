@@ -47,6 +47,8 @@ export type Bits = 2 | 4;
 export type GroupSize = 32 | 64 | 128;
 /** KIVI+ attention sinks the settings offer (0 = none). */
 export type SinkTokens = 0 | 4 | 16;
+/** KIVI+: what the cache stores in a Hadamard basis ("both": keys and values). */
+export type RotationChoice = "none" | "values" | "both";
 
 /** How a KV cache is built. `kBits`, `vBits`, `groupSize`, `residualLength`, `sinks` and
  * `rotation` are kept (and validated) in fp16 mode too, so switching back to KIVI restores
@@ -61,8 +63,9 @@ export interface CacheConfig {
   /** KIVI+: the first tokens of a conversation, kept in full precision for good (0, 4 or 16;
    * settings saved before KIVI+ read as 0). */
   sinks: SinkTokens;
-  /** KIVI+: keys and values stored in a rotated (Hadamard) basis (older settings: false). */
-  rotation: boolean;
+  /** KIVI+: values, or keys and values, stored in a rotated (Hadamard) basis (settings saved
+   * when this was a switch read `true` as "both" and `false` as "none"). */
+  rotation: RotationChoice;
 }
 
 export interface SamplingSettings {

@@ -30,32 +30,6 @@ export function Segmented<T extends string | number>(props: {
   );
 }
 
-/** An on/off switch (a button with role="switch"), e.g. for KIVI+'s rotation. */
-export function Switch(props: {
-  checked: boolean;
-  onChange: (v: boolean) => void;
-  testId: string;
-  label: string;
-  disabled?: boolean;
-  title?: string;
-}) {
-  return (
-    <button
-      type="button"
-      role="switch"
-      class={`switch${props.checked ? " on" : ""}`}
-      aria-checked={props.checked}
-      aria-label={props.label}
-      title={props.title}
-      disabled={props.disabled}
-      data-testid={props.testId}
-      onClick={() => props.onChange(!props.checked)}
-    >
-      <span class="switch-knob" />
-    </button>
-  );
-}
-
 export function Field(props: {
   label: ComponentChildren;
   hint?: ComponentChildren;

@@ -72,7 +72,7 @@ const newId = (prefix: string) => `${prefix}-${++seq}`;
 const now = () => Date.now();
 
 const DEFAULT_SETTINGS: Settings = {
-  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 4, rotation: true },
+  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 4, rotation: "both" },
   contextLength: 32768,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
@@ -80,7 +80,7 @@ const DEFAULT_SETTINGS: Settings = {
 };
 // The saved settings start as a user's from before KIVI+ (plain KIVI), so that the tests
 // see the KIVI+ controls change something.
-let settings: Settings = { ...structuredClone(DEFAULT_SETTINGS), cache: { ...DEFAULT_SETTINGS.cache, sinks: 0, rotation: false } };
+let settings: Settings = { ...structuredClone(DEFAULT_SETTINGS), cache: { ...DEFAULT_SETTINGS.cache, sinks: 0, rotation: "none" } };
 
 /** The backend the mock runs on: what `auto` resolves to on this (Linux) machine. */
 const backendOf = (choice: string) => (choice === "auto" ? "host" : choice);
@@ -302,7 +302,7 @@ function seed(): void {
   };
   const u3 = msg(c2.id, "user", "Why can't I hold two mutable borrows of a Vec?", "complete", t1);
   const a3 = msg(c2.id, "assistant", "Because `&mut` is an **exclusive** borrow:\n\n```rust\nlet mut v = vec![1, 2, 3];\nlet a = &mut v;\nlet b = &mut v; // error[E0499]\na.push(4);\n```\n\nUse one borrow at a time, or split the slice with `split_at_mut`.", "complete", t1 + 2000);
-  a3.stats = statsFor(96, 220, { mode: "fp16", kBits: 4, vBits: 4, groupSize: 64, residualLength: 128, sinks: 0, rotation: false });
+  a3.stats = statsFor(96, 220, { mode: "fp16", kBits: 4, vBits: 4, groupSize: 64, residualLength: 128, sinks: 0, rotation: "none" });
   c2.messages.push(u3, a3);
   chats.set(c2.id, { chat: c2, cacheTokens: 0, cacheConfig: null, diskCache: null });
   statsChatId = c1.id;

@@ -42,12 +42,13 @@ export function estimatedRatio(config: CacheConfig, scaleBytes = 2): number {
   return 16 / avgBits;
 }
 
-/** "KIVI K2 V4 · G32 · R128", with KIVI+ " · S4" (sinks) and " · rotated"; or "Full precision". */
+/** "KIVI K2 V4 · G32 · R128", with KIVI+ " · S4" (sinks) and " · V rotated" or " · K+V rotated";
+ * or "Full precision". */
 export function cacheLabel(config: CacheConfig | null | undefined): string {
   if (!config) return "No cache";
   if (config.mode === "fp16") return "Full precision";
   const sinks = config.sinks > 0 ? ` · S${config.sinks}` : "";
-  const rotated = config.rotation ? " · rotated" : "";
+  const rotated = { none: "", values: " · V rotated", both: " · K+V rotated" }[config.rotation];
   return `KIVI K${config.kBits} V${config.vBits} · G${config.groupSize} · R${config.residualLength}${sinks}${rotated}`;
 }
 

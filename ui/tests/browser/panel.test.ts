@@ -24,7 +24,7 @@ function snapshot(t: number, patch: Partial<StatsSnapshot>): StatsSnapshot {
     deviceName: "Apple silicon GPU (Metal)",
     backend: "mlx-gpu-f16",
     backendName: "MLX on the GPU, float16",
-    cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
+    cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: "none" },
     contextLength: 8192,
     tokens: 1000,
     quantizedTokens: 900,
@@ -109,7 +109,7 @@ describe("live panel", () => {
     await page.evaluate(() => {
       window.__kiviMock.autoStats = false;
     });
-    const fp16 = { mode: "fp16" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128, sinks: 4 as const, rotation: true };
+    const fp16 = { mode: "fp16" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128, sinks: 4 as const, rotation: "both" as const };
     await page.evaluate(
       (s) => window.__kiviMock.emit("stats", s),
       snapshot(Date.now() + 10_000, { cache: fp16, quantizedTokens: 0, residualTokens: 1000, residualCapacity: 0, tokensUntilFlush: null, kvFp16Bytes: 100 * MiB, kvHeldBytes: 100 * MiB }),
@@ -129,14 +129,14 @@ describe("live panel", () => {
       window.__kiviMock.autoStats = false;
     });
     const t0 = Date.now() + 10_000;
-    const plus = { mode: "kivi" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128, sinks: 4 as const, rotation: true };
+    const plus = { mode: "kivi" as const, kBits: 2 as const, vBits: 2 as const, groupSize: 32 as const, residualLength: 128, sinks: 4 as const, rotation: "both" as const };
     // The engine after 1000 tokens with 4 sinks: 864 quantized after them, 132 in the window.
     await page.evaluate(
       (s) => window.__kiviMock.emit("stats", s),
       snapshot(t0, { cache: plus, quantizedTokens: 864, sinkTokens: 4, residualTokens: 132, residualCapacity: 159, tokensUntilFlush: 27 }),
     );
     await page.waitForFunction(() => document.querySelector('[data-testid="residual-sinks"]')?.textContent === "4 sinks");
-    expect(await text(app, "stat-cache-config")).toBe("KIVI K2 V2 · G32 · R128 · S4 · rotated");
+    expect(await text(app, "stat-cache-config")).toBe("KIVI K2 V2 · G32 · R128 · S4 · K+V rotated");
     expect(await text(app, "residual-text")).toBe("132 / 159 tokens in full precision");
     expect(await text(app, "residual-flush")).toBe("27 more before the next flush");
     expect(await text(app, "stat-quantized")).toBe("864 quantized");
@@ -161,7 +161,7 @@ describe("live panel", () => {
     });
     await page.click(tid("nav-settings"));
     await page.click(tid("sinks-16"));
-    await page.click(tid("rotation"));
+    await page.click(tid("rotation-both"));
     await page.click(tid("settings-save"));
     await page.waitForFunction(() => window.__kiviMock.settings().cache.sinks === 16);
     await page.click(tid("nav-chat"));
@@ -181,7 +181,7 @@ describe("live panel", () => {
     expect(snap.quantizedTokens + snap.sinkTokens + snap.residualTokens).toBe(snap.tokens);
     expect(await text(app, "residual-sinks")).toBe("16 sinks");
     expect(await text(app, "residual-text")).toBe(`${snap.residualTokens} / 159 tokens in full precision`);
-    expect(await text(app, "stat-cache-config")).toMatch(/· S16 · rotated/);
+    expect(await text(app, "stat-cache-config")).toMatch(/· S16 · K\+V rotated/);
   });
 
   it("says when the chat's cache was restored from or saved to disk", async () => {

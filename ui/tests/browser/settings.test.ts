@@ -61,7 +61,7 @@ describe("settings", () => {
     await page.click(tid("settings-save"));
     await page.locator(tid("toast-info")).waitFor();
     let saved = await page.evaluate(() => window.__kiviMock.settings());
-    expect(saved.cache).toEqual({ mode: "kivi", kBits: 4, vBits: 2, groupSize: 64, residualLength: 192, sinks: 0, rotation: false });
+    expect(saved.cache).toEqual({ mode: "kivi", kBits: 4, vBits: 2, groupSize: 64, residualLength: 192, sinks: 0, rotation: "none" });
 
     await page.click(tid("cache-mode-fp16"));
     await expect(page.locator(tid("kbits-2")).isDisabled()).resolves.toBe(true);
@@ -79,10 +79,10 @@ describe("settings", () => {
     // Both controls, off by default, each with its one-line explanation.
     for (const n of ["0", "4", "16"]) await page.locator(tid(`sinks-${n}`)).waitFor();
     expect(await page.getAttribute(tid("sinks-0"), "aria-checked")).toBe("true");
-    expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("false");
-    expect(await page.getAttribute(tid("rotation"), "role")).toBe("switch");
+    expect(await page.getAttribute(tid("rotation-none"), "aria-checked")).toBe("true");
+    expect(await page.getAttribute(tid("rotation"), "role")).toBe("radiogroup");
     expect(await cache.textContent()).toContain("Keep the first tokens of the conversation in full precision: they attract attention from every later token.");
-    expect(await cache.textContent()).toContain("Store keys and values in a rotated basis that spreads outlier channels");
+    expect(await cache.textContent()).toContain("Store values (or keys and values) in a rotated basis that spreads outlier channels");
     expect(await page.locator(tid("cache-change-notice")).count()).toBe(0);
 
     // Sinks alone are a cache change: the notice says so before saving.
@@ -97,36 +97,37 @@ describe("settings", () => {
     await page.waitForSelector(tid("cache-change-notice"), { state: "detached" });
 
     // Rotation alone is a cache change too.
-    await page.click(tid("rotation"));
-    expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("true");
-    expect(await page.locator(tid("rotation-state")).textContent()).toBe("On");
+    await page.click(tid("rotation-values"));
+    expect(await page.getAttribute(tid("rotation-values"), "aria-checked")).toBe("true");
     await notice.waitFor();
-    expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · rotated/);
+    expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · V rotated/);
+    await page.click(tid("rotation-both"));
+    expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · K\+V rotated/);
 
     await page.click(tid("sinks-16"));
-    expect(await page.locator(".cache-pill").textContent()).toBe("KIVI K2 V2 · G32 · R128 · S16 · rotated");
+    expect(await page.locator(".cache-pill").textContent()).toBe("KIVI K2 V2 · G32 · R128 · S16 · K+V rotated");
     await page.click(tid("settings-save"));
     await page.locator(tid("toast-info")).waitFor();
     expect(await page.locator(tid("toast-info")).textContent()).toMatch(/caches reset/);
     const update = (await mockCalls(page)).filter((c) => c.cmd === "update_settings").pop();
-    expect((update?.args.settings as { cache: unknown }).cache).toEqual({ mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 16, rotation: true });
+    expect((update?.args.settings as { cache: unknown }).cache).toEqual({ mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 16, rotation: "both" });
     let saved = await page.evaluate(() => window.__kiviMock.settings());
-    expect([saved.cache.sinks, saved.cache.rotation]).toEqual([16, true]);
+    expect([saved.cache.sinks, saved.cache.rotation]).toEqual([16, "both"]);
     await page.waitForSelector(tid("cache-change-notice"), { state: "detached" });
 
     // fp16 ignores them: both are disabled, like the bits, and keep their values.
     await page.click(tid("cache-mode-fp16"));
-    for (const id of ["sinks-0", "sinks-4", "sinks-16", "rotation", "kbits-2"]) {
+    for (const id of ["sinks-0", "sinks-4", "sinks-16", "rotation-none", "rotation-both", "kbits-2"]) {
       await expect(page.locator(tid(id)).isDisabled(), id).resolves.toBe(true);
     }
     expect(await page.getAttribute(tid("sinks-16"), "aria-checked")).toBe("true");
     await page.click(tid("settings-save"));
     await page.waitForFunction(() => window.__kiviMock.settings().cache.mode === "fp16");
     saved = await page.evaluate(() => window.__kiviMock.settings());
-    expect([saved.cache.sinks, saved.cache.rotation]).toEqual([16, true]);
+    expect([saved.cache.sinks, saved.cache.rotation]).toEqual([16, "both"]);
     await page.click(tid("cache-mode-kivi"));
-    await expect(page.locator(tid("rotation")).isDisabled()).resolves.toBe(false);
-    expect(await page.getAttribute(tid("rotation"), "aria-checked")).toBe("true");
+    await expect(page.locator(tid("rotation-both")).isDisabled()).resolves.toBe(false);
+    expect(await page.getAttribute(tid("rotation-both"), "aria-checked")).toBe("true");
   });
 
   it("switches the backend: the model loads again and the panel names the new one", async () => {

@@ -59,7 +59,7 @@ const rustFields = (text: string, name: string) =>
   );
 
 const SETTINGS: Settings = {
-  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
+  cache: { mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: "none" },
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 512, seed: null },
   backend: "auto",
@@ -190,7 +190,11 @@ describe("the types on both sides", () => {
     // Settings saved before KIVI+ lack them: Rust must read them as off.
     const cache = block(rust("store/types.rs"), /pub struct CacheSettings \{/, "CacheSettings");
     expect(cache).toMatch(/#\[serde\(default\)\]\s*pub sinks: u32/);
-    expect(cache).toMatch(/#\[serde\(default\)\]\s*pub rotation: bool/);
+    expect(cache).toMatch(/#\[serde\(default\)\]\s*pub rotation: RotationSetting/);
+    // Its names, the same on both sides.
+    const names = [...block(rust("store/types.rs"), /pub enum RotationSetting \{/, "RotationSetting").matchAll(/^\s+(\w+),$/gm)].map((m) => m[1]!.toLowerCase());
+    expect(names).toEqual(["none", "values", "both"]);
+    expect(typesTs).toContain('export type RotationChoice = "none" | "values" | "both";');
   });
 
   it("the validation rules name the same fields and say the same thing", () => {

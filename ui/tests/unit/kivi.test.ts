@@ -3,7 +3,7 @@ import { backendLabel, backendShort } from "../../src/lib/backends";
 import { cacheLabel, cacheShortLabel, estimatedRatio, residualWindow, sameCache } from "../../src/lib/kivi";
 import type { CacheConfig } from "../../src/api/types";
 
-const kivi = (patch: Partial<CacheConfig> = {}): CacheConfig => ({ mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: false, ...patch });
+const kivi = (patch: Partial<CacheConfig> = {}): CacheConfig => ({ mode: "kivi", kBits: 2, vBits: 2, groupSize: 32, residualLength: 128, sinks: 0, rotation: "none", ...patch });
 
 describe("residualWindow follows the engine (capacity R + G - 1, Q = max(0, floor((T - S' - R) / G) * G))", () => {
   it("keeps everything in full precision while the window holds at most R + G - 1 tokens", () => {
@@ -46,10 +46,11 @@ describe("labels and estimates", () => {
   it("labels caches", () => {
     expect(cacheLabel(kivi({ vBits: 4 }))).toBe("KIVI K2 V4 · G32 · R128");
     expect(cacheLabel(kivi({ sinks: 4 }))).toBe("KIVI K2 V2 · G32 · R128 · S4");
-    expect(cacheLabel(kivi({ rotation: true }))).toBe("KIVI K2 V2 · G32 · R128 · rotated");
-    expect(cacheLabel(kivi({ sinks: 16, rotation: true }))).toBe("KIVI K2 V2 · G32 · R128 · S16 · rotated");
+    expect(cacheLabel(kivi({ rotation: "both" }))).toBe("KIVI K2 V2 · G32 · R128 · K+V rotated");
+    expect(cacheLabel(kivi({ sinks: 4, rotation: "values" }))).toBe("KIVI K2 V2 · G32 · R128 · S4 · V rotated");
+    expect(cacheLabel(kivi({ sinks: 16, rotation: "both" }))).toBe("KIVI K2 V2 · G32 · R128 · S16 · K+V rotated");
     expect(cacheLabel(kivi({ mode: "fp16" }))).toBe("Full precision");
-    expect(cacheLabel(kivi({ mode: "fp16", sinks: 4, rotation: true }))).toBe("Full precision");
+    expect(cacheLabel(kivi({ mode: "fp16", sinks: 4, rotation: "both" }))).toBe("Full precision");
     expect(cacheLabel(null)).toBe("No cache");
     expect(cacheShortLabel(kivi())).toBe("K2V2");
     expect(cacheShortLabel(kivi({ mode: "fp16" }))).toBe("FP16");
@@ -65,9 +66,10 @@ describe("labels and estimates", () => {
     expect(sameCache(kivi({ mode: "fp16", kBits: 4 }), kivi({ mode: "fp16" }))).toBe(true);
     // KIVI+: sinks and rotation build another cache; fp16 ignores them.
     expect(sameCache(kivi(), kivi({ sinks: 4 }))).toBe(false);
-    expect(sameCache(kivi(), kivi({ rotation: true }))).toBe(false);
-    expect(sameCache(kivi({ sinks: 16, rotation: true }), kivi({ sinks: 16, rotation: true }))).toBe(true);
-    expect(sameCache(kivi({ mode: "fp16", sinks: 16, rotation: true }), kivi({ mode: "fp16" }))).toBe(true);
+    expect(sameCache(kivi(), kivi({ rotation: "both" }))).toBe(false);
+    expect(sameCache(kivi({ rotation: "values" }), kivi({ rotation: "both" }))).toBe(false);
+    expect(sameCache(kivi({ sinks: 16, rotation: "both" }), kivi({ sinks: 16, rotation: "both" }))).toBe(true);
+    expect(sameCache(kivi({ mode: "fp16", sinks: 16, rotation: "both" }), kivi({ mode: "fp16" }))).toBe(true);
     expect(sameCache(null, kivi())).toBe(false);
     expect(sameCache(null, null)).toBe(true);
   });

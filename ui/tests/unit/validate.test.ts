@@ -3,7 +3,7 @@ import type { Settings } from "../../src/api/types";
 import { isValid, parseNumberInput, parseRepoId, validatePort, validateSettings } from "../../src/lib/validate";
 
 const base = (): Settings => ({
-  cache: { mode: "kivi", kBits: 2, vBits: 4, groupSize: 32, residualLength: 128, sinks: 0, rotation: false },
+  cache: { mode: "kivi", kBits: 2, vBits: 4, groupSize: 32, residualLength: 128, sinks: 0, rotation: "none" },
   contextLength: 8192,
   sampling: { temperature: 0.7, topP: 0.9, topK: 40, repetitionPenalty: 1.1, maxTokens: 1024, seed: null },
   backend: "auto",
@@ -63,14 +63,20 @@ describe("validateSettings", () => {
   it("allows 0, 4 or 16 sink tokens, with the same message as the back end", () => {
     for (const n of [0, 4, 16] as const) {
       expect(validateSettings(withCache({ sinks: n }))).toEqual({});
-      expect(validateSettings(withCache({ sinks: n, rotation: true }))).toEqual({});
+      for (const rotation of ["none", "values", "both"] as const) expect(validateSettings(withCache({ sinks: n, rotation }))).toEqual({});
     }
     for (const n of [1, 2, 3, 5, 8, 32, 128, -4, 4.5, Number.NaN]) {
       expect(validateSettings(withCache({ sinks: n as 4 }))["cache.sinks"]).toBe("Sink tokens must be 0, 4 or 16.");
     }
     // Kept and checked in fp16 mode too, like the bits.
-    expect(validateSettings(withCache({ mode: "fp16", sinks: 16, rotation: true }))).toEqual({});
+    expect(validateSettings(withCache({ mode: "fp16", sinks: 16, rotation: "both" }))).toEqual({});
     expect(validateSettings(withCache({ mode: "fp16", sinks: 5 as 4 }))["cache.sinks"]).toBeDefined();
+  });
+
+  it("allows rotation of nothing, values, or keys and values, with the back end's message", () => {
+    for (const bad of ["keys", "on", true, false, ""]) {
+      expect(validateSettings(withCache({ rotation: bad as "none" }))["cache.rotation"]).toBe("Rotation must be none, values or both.");
+    }
   });
 
   it("checks the context length range", () => {
