@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use kivi_engine::cache::{CacheConfig as EngineCache, KiviConfig};
 use kivi_engine::stats::KvStats;
 
-use crate::store::{CacheMode, CacheSettings, ChatCacheInfo, RotationSetting};
+use crate::store::{CacheMode, CacheSettings, ChatCacheInfo};
 
 /// One chat's cache as last seen: the engine's own figures, so the panel never recomputes
 /// (and never disagrees with) the cache's window arithmetic.
@@ -148,6 +148,7 @@ pub fn same_cache(a: &CacheSettings, b: &CacheSettings) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::RotationSetting;
 
     #[test]
     fn settings_map_to_engine_caches() {
