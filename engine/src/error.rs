@@ -71,7 +71,7 @@ pub enum LoadError {
     #[error("bad model configuration: {0}")]
     Config(String),
     /// The model family is not one the engine implements.
-    #[error("unsupported model architecture {0:?}: supported are Llama (Llama 3.x, SmolLM2), Mistral and Qwen2/2.5")]
+    #[error("unsupported model architecture {0:?}: supported are {families}", families = crate::model::SUPPORTED_FAMILIES)]
     UnsupportedArchitecture(String),
     /// The weights use a quantization the engine cannot run.
     #[error("unsupported quantization: {0}")]

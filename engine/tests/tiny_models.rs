@@ -1,7 +1,10 @@
-//! Qwen2, Mistral and Llama 3 (RoPE scaling) against mlx-lm on tiny random checkpoints.
+//! Qwen2, Qwen3, Mistral and Llama 3 (RoPE scaling) against mlx-lm on tiny random
+//! checkpoints.
 //!
 //! The folders under tests/fixtures/tiny-* and their reference.json (mlx-lm's logits after
-//! loading the same folder) come from `scripts/reference/tiny_models.py`.
+//! loading the same folder) come from `scripts/reference/tiny_models.py`; a `model.gguf`
+//! beside them holds the same weights as llama.cpp lays them out, and must give the same
+//! logits.
 
 mod offline;
 
@@ -44,9 +47,15 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs the fixture's tokens in the given chunks and compares every logit.
+/// Runs the fixture's tokens in the given chunks and compares every logit. `name` is a
+/// fixture folder, or a file in one (its GGUF).
 fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
-    let dir = fixture(name);
+    let path = fixture(name);
+    let dir = if path.is_file() {
+        path.parent().unwrap().to_path_buf()
+    } else {
+        path.clone()
+    };
     let reference: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
             .unwrap();
@@ -57,7 +66,7 @@ fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
         .map(|t| t.as_u64().unwrap() as u32)
         .collect();
     let (backend, tolerance) = backend();
-    let loaded = load_local(&dir, backend).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let loaded = load_local(&path, backend).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut caches: Vec<Box<dyn KvCache>> = (0..loaded.model.config().num_layers)
         .map(|_| Box::new(FullCache::new(backend)) as Box<dyn KvCache>)
         .collect();
@@ -75,7 +84,8 @@ fn check(name: &str, chunks: &[usize]) -> kivi_engine::loader::LoadedModel {
             .as_dtype(mlx_rs::Dtype::Float32)
             .unwrap();
         logits.eval().unwrap();
-        rows.extend(logits.as_slice::<f32>().chunks(256).map(<[f32]>::to_vec));
+        let vocab = loaded.model.config().vocab_size;
+        rows.extend(logits.as_slice::<f32>().chunks(vocab).map(<[f32]>::to_vec));
         start += len;
     }
     assert_eq!(start, tokens.len());
@@ -105,6 +115,29 @@ fn qwen2_with_qkv_bias_and_mlx_4bit_weights() {
     assert!(loaded.info.config.qkv_bias);
     assert_eq!(loaded.info.quantization, "mlx 4-bit g64");
     check("tiny-qwen2", &[5, 1, 10]);
+}
+
+#[test]
+fn qwen3_with_query_and_key_head_norms() {
+    let loaded = check("tiny-qwen3", &[16]);
+    assert_eq!(loaded.info.config.family, Family::Qwen3);
+    assert!(loaded.info.config.qk_norm && !loaded.info.config.qkv_bias);
+    assert_eq!(loaded.info.config.head_dim, 32);
+    check("tiny-qwen3", &[3, 1, 12]);
+}
+
+#[test]
+fn qwen3_from_gguf_gives_the_same_logits() {
+    let loaded = check("tiny-qwen3/model.gguf", &[16]);
+    assert_eq!(loaded.info.config.family, Family::Qwen3);
+    assert!(loaded.info.config.qk_norm);
+    assert!(!loaded.info.config.rope.traditional);
+    assert_eq!(
+        loaded.tokenizer.encode("he t", false).unwrap(),
+        vec![256, 257],
+        "the GGUF's merges"
+    );
+    check("tiny-qwen3/model.gguf", &[1, 7, 8]);
 }
 
 #[test]

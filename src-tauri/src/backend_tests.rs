@@ -729,7 +729,7 @@ async fn startup_marks_answers_interrupted_and_downloads_paused() {
             .unwrap();
         store
             .put_download(&DownloadRecord {
-                repo_id: "mlx-community/Qwen2.5-7B-Instruct-4bit".into(),
+                repo_id: "mlx-community/Qwen3-8B-4bit".into(),
                 state: DownloadState::Downloading,
                 files: vec![DownloadFile {
                     name: "model.safetensors".into(),
@@ -756,11 +756,14 @@ async fn startup_marks_answers_interrupted_and_downloads_paused() {
     let qwen = overview
         .models
         .iter()
-        .find(|m| m.id == "mlx-community/Qwen2.5-7B-Instruct-4bit")
+        .find(|m| m.id == "mlx-community/Qwen3-8B-4bit")
         .unwrap();
     assert_eq!(qwen.availability, ModelAvailability::Paused);
     assert_eq!(qwen.download.as_ref().unwrap().downloaded_bytes, 1000);
-    assert!(overview.models.iter().filter(|m| m.recommended).count() == 3);
+    assert_eq!(
+        overview.models.iter().filter(|m| m.recommended).count(),
+        crate::catalog::RECOMMENDED.len()
+    );
     // The built-in model is active and loads in the background.
     assert_eq!(
         overview.active_model_id.as_deref(),

@@ -11,7 +11,7 @@ use kivi_engine::hub::{
     DownloadOptions, FileSelection, HubClient, HubConfig, MemoryEstimate, RepoId, Snapshot,
     SnapshotRequest,
 };
-use kivi_engine::model::config::ModelConfig;
+use kivi_engine::model::{ModelConfig, SUPPORTED_FAMILIES};
 
 use crate::active_model::ModelChoice;
 use crate::chat_cache::engine_cache;
@@ -32,22 +32,17 @@ const BUILTIN_SHAPE: Shape = Shape {
     head_dim: 64,
 };
 
-/// The recommended hub models: id, display name, maximum context.
-pub const RECOMMENDED: [(&str, &str, u64); 3] = [
+/// The recommended hub models: id, display name, maximum context. Current 4-bit MLX models
+/// of the supported families, in sizes for 8, 16 and 32 GB Macs (Qwen3's config gives
+/// 40,960 positions), and a small Llama with a long context.
+pub const RECOMMENDED: [(&str, &str, u64); 4] = [
+    ("mlx-community/Qwen3-4B-4bit", "Qwen3 4B (4-bit)", 40_960),
+    ("mlx-community/Qwen3-8B-4bit", "Qwen3 8B (4-bit)", 40_960),
+    ("mlx-community/Qwen3-14B-4bit", "Qwen3 14B (4-bit)", 40_960),
     (
         "mlx-community/Llama-3.2-3B-Instruct-4bit",
         "Llama 3.2 3B Instruct (4-bit)",
         131_072,
-    ),
-    (
-        "mlx-community/Qwen2.5-7B-Instruct-4bit",
-        "Qwen2.5 7B Instruct (4-bit)",
-        32_768,
-    ),
-    (
-        "mlx-community/Mistral-7B-Instruct-v0.3-4bit",
-        "Mistral 7B Instruct v0.3 (4-bit)",
-        32_768,
     ),
 ];
 
@@ -333,7 +328,7 @@ fn read_config(path: &Path) -> Result<ModelConfig, CommandError> {
             ErrorCode::UnsupportedFile,
             format!(
                 "KIVI Chat cannot run this model: {e}. It runs MLX or safetensors checkpoints \
-                 of the Llama family (Llama 3.x, SmolLM2), Mistral and Qwen2/2.5."
+                 of {SUPPORTED_FAMILIES}."
             ),
         )
     })
@@ -364,13 +359,13 @@ async fn look_up_here(hub: &HubConfig, repo: &RepoId) -> Result<HubFacts, Comman
                 format!(
                     "{id} holds GGUF files; KIVI Chat downloads MLX or safetensors checkpoints \
                      (look for the model under mlx-community/...). Architectures that work: \
-                     Llama (Llama 3.x, SmolLM2), Mistral and Qwen2/2.5."
+                     {SUPPORTED_FAMILIES}."
                 )
             } else {
                 format!(
                     "{id} has no safetensors weights with a config.json, so it is not a model \
-                     KIVI Chat can run. Architectures that work: Llama (Llama 3.x, SmolLM2), \
-                     Mistral and Qwen2/2.5, as MLX or safetensors checkpoints."
+                     KIVI Chat can run. Architectures that work: {SUPPORTED_FAMILIES}, as MLX \
+                     or safetensors checkpoints."
                 )
             },
         ));
@@ -548,8 +543,8 @@ mod tests {
         let info = hub_info(RECOMMENDED[0].0, None, false, None, &s, 1 << 34);
         assert!(info.recommended);
         assert_eq!(info.availability, ModelAvailability::NotDownloaded);
-        assert_eq!(info.context_length, Some(131_072));
-        assert_eq!(info.name, "Llama 3.2 3B Instruct (4-bit)");
+        assert_eq!(info.context_length, Some(40_960));
+        assert_eq!(info.name, "Qwen3 4B (4-bit)");
         assert_eq!(info.memory_estimate_bytes, None);
         let progress = DownloadProgress {
             repo_id: "a/b".into(),

@@ -17,7 +17,13 @@ pub enum Family {
     Mistral,
     /// Qwen2/2.5: Llama with biases on the query, key and value projections.
     Qwen2,
+    /// Qwen3 (dense): Llama with an RMS norm on each query and key head before RoPE, and
+    /// no projection biases.
+    Qwen3,
 }
+
+/// The families the engine runs, as messages that refuse another name them.
+pub const SUPPORTED_FAMILIES: &str = "Llama (Llama 3.x, SmolLM2), Mistral, Qwen2/2.5 and Qwen3";
 
 impl Family {
     /// The family for a `model_type` (config.json) or `general.architecture` (GGUF).
@@ -26,6 +32,7 @@ impl Family {
             "llama" => Ok(Family::Llama),
             "mistral" => Ok(Family::Mistral),
             "qwen2" => Ok(Family::Qwen2),
+            "qwen3" => Ok(Family::Qwen3),
             other => Err(LoadError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -33,6 +40,11 @@ impl Family {
     /// Whether the family puts biases on the q/k/v projections.
     pub fn qkv_bias(self) -> bool {
         matches!(self, Family::Qwen2)
+    }
+
+    /// Whether each query and key head is RMS-normalized before RoPE.
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Family::Qwen3)
     }
 }
 
@@ -98,12 +110,15 @@ pub struct ModelConfig {
     pub rope: RopeConfig,
     /// Whether q/k/v projections have biases.
     pub qkv_bias: bool,
+    /// Whether query and key heads are RMS-normalized before RoPE (`q_norm`, `k_norm`).
+    #[serde(default)]
+    pub qk_norm: bool,
     /// Longest context the model was trained for.
     pub context_length: usize,
 }
 
 impl ModelConfig {
-    /// Parses a Hugging Face `config.json` (as published for Llama, Mistral and Qwen2).
+    /// Parses a Hugging Face `config.json` (as published for Llama, Mistral, Qwen2 and Qwen3).
     pub fn from_hf_json(json: &Value) -> Result<Self, LoadError> {
         let family = Family::from_name(
             json.get("model_type")
@@ -155,6 +170,7 @@ impl ModelConfig {
                     .get("attention_bias")
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
+            qk_norm: family.qk_norm(),
             context_length: int("max_position_embeddings").unwrap_or(4096),
         };
         config.validate()?;
@@ -276,6 +292,13 @@ mod tests {
         json["model_type"] = "gemma".into();
         let err = ModelConfig::from_hf_json(&json).unwrap_err();
         assert!(matches!(err, LoadError::UnsupportedArchitecture(ref a) if a == "gemma"));
+        assert!(
+            err.to_string().contains(SUPPORTED_FAMILIES),
+            "the refusal names the supported families: {err}"
+        );
+        json["model_type"] = "qwen3".into();
+        let qwen3 = ModelConfig::from_hf_json(&json).unwrap();
+        assert!(qwen3.qk_norm && !qwen3.qkv_bias);
         json["model_type"] = "llama".into();
         json["num_key_value_heads"] = 3.into();
         assert!(ModelConfig::from_hf_json(&json).is_err());

@@ -305,15 +305,17 @@ impl Ops for HostOps<'_> {
     }
 
     fn rms_norm(&self, norm: &RmsNorm, x: &HostRows) -> Result<HostRows, ModelError> {
-        let w = readable::<f32>(&norm.weight)?;
-        let w = host_floats(&w)?;
-        let mut data = Vec::with_capacity(x.data.len());
-        for row in x.data.chunks_exact(x.width()) {
-            let mean_square = row.iter().map(|v| v * v).sum::<f32>() / row.len() as f32;
-            let inv = 1.0 / (mean_square + norm.eps).sqrt();
-            data.extend(row.iter().zip(w).map(|(v, g)| v * inv * g));
-        }
-        Ok(HostRows { data, rows: x.rows })
+        Ok(HostRows {
+            data: rms_normed(norm, &x.data)?,
+            rows: x.rows,
+        })
+    }
+
+    fn head_norm(&self, norm: &RmsNorm, x: HostHeads) -> Result<HostHeads, ModelError> {
+        Ok(HostHeads {
+            data: rms_normed(norm, &x.data)?,
+            ..x
+        })
     }
 
     fn silu_times(&self, mut gate: HostRows, up: &HostRows) -> Result<HostRows, ModelError> {
@@ -411,6 +413,27 @@ impl Ops for HostOps<'_> {
         // the cache takes them.
         Ok(())
     }
+}
+
+/// RMS normalization of each run of `gain`'s length in `data` (a row, or one head's
+/// vector), times the gain.
+fn rms_normed(norm: &RmsNorm, data: &[f32]) -> Result<Vec<f32>, ModelError> {
+    let w = readable::<f32>(&norm.weight)?;
+    let w = host_floats(&w)?;
+    if w.is_empty() || !data.len().is_multiple_of(w.len()) {
+        return Err(ModelError::Input(format!(
+            "an RMS norm of {} channels over {} values",
+            w.len(),
+            data.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(data.len());
+    for run in data.chunks_exact(w.len()) {
+        let mean_square = run.iter().map(|v| v * v).sum::<f32>() / run.len() as f32;
+        let inv = 1.0 / (mean_square + norm.eps).sqrt();
+        out.extend(run.iter().zip(w).map(|(v, g)| v * inv * g));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

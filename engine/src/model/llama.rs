@@ -1,9 +1,9 @@
-//! The Llama-architecture decoder: Llama 2/3.x, SmolLM2, Mistral and Qwen2/2.5.
+//! The Llama-architecture decoder: Llama 2/3.x, SmolLM2, Mistral, Qwen2/2.5 and Qwen3.
 //!
 //! These families share one network; what differs is configuration (see
-//! [`Family`](super::config::Family)): Qwen2 adds biases to the q/k/v projections, Llama 3
-//! scales RoPE frequencies, GGUF files keep Llama's Q/K rows in the interleaved RoPE
-//! layout. Per block:
+//! [`Family`](super::config::Family)): Qwen2 adds biases to the q/k/v projections, Qwen3
+//! RMS-normalizes each query and key head before RoPE, Llama 3 scales RoPE frequencies,
+//! GGUF files keep Llama's Q/K rows in the interleaved RoPE layout. Per block:
 //!
 //! ```text
 //! h   = x + o_proj(attention(rope(q_proj(norm1(x))), rope(k_proj(..)), v_proj(..)))
@@ -37,6 +37,8 @@ struct Attention {
     k_proj: Linear,
     v_proj: Linear,
     o_proj: Linear,
+    /// Qwen3's per-head norms of the queries and keys (over `head_dim`), before RoPE.
+    qk_norm: Option<(RmsNorm, RmsNorm)>,
     n_heads: usize,
     n_kv_heads: usize,
     scale: f32,
@@ -49,6 +51,14 @@ impl Attention {
             k_proj: w.linear(&format!("{prefix}.k_proj"), c.qkv_bias)?,
             v_proj: w.linear(&format!("{prefix}.v_proj"), c.qkv_bias)?,
             o_proj: w.linear(&format!("{prefix}.o_proj"), false)?,
+            qk_norm: if c.qk_norm {
+                Some((
+                    w.rms_norm(&format!("{prefix}.q_norm"), c.rms_norm_eps)?,
+                    w.rms_norm(&format!("{prefix}.k_norm"), c.rms_norm_eps)?,
+                ))
+            } else {
+                None
+            },
             n_heads: c.num_heads,
             n_kv_heads: c.num_kv_heads,
             scale: (c.head_dim as f32).powf(-0.5),
@@ -68,6 +78,10 @@ impl Attention {
         let q = o.split_heads(q, self.n_heads)?;
         let k = o.split_heads(k, self.n_kv_heads)?;
         let v = o.split_heads(v, self.n_kv_heads)?;
+        let (q, k) = match &self.qk_norm {
+            Some((q_norm, k_norm)) => (o.head_norm(q_norm, q)?, o.head_norm(k_norm, k)?),
+            None => (q, k),
+        };
         let q = o.rope(rope, q, offset)?;
         let k = o.rope(rope, k, offset)?;
         let out = o.attend(cache, q, k, v, self.scale)?;

@@ -118,6 +118,11 @@ impl Ops for MlxOps<'_> {
         )
     }
 
+    /// `[1, heads, L, D]`: MLX's norm runs over the last axis, one head's vector.
+    fn head_norm(&self, norm: &RmsNorm, x: Array) -> Result<Array, ModelError> {
+        self.rms_norm(norm, &x)
+    }
+
     fn silu_times(&self, gate: Array, up: &Array) -> Result<Array, ModelError> {
         self.checked("the MLP's gated product", silu(gate)?.multiply(up)?)
     }

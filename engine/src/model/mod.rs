@@ -9,5 +9,5 @@ mod mlx_ops;
 mod ops;
 pub mod rope;
 
-pub use config::{Family, ModelConfig, RopeConfig, RopeScaling};
+pub use config::{Family, ModelConfig, RopeConfig, RopeScaling, SUPPORTED_FAMILIES};
 pub use llama::Llama;

@@ -75,6 +75,9 @@ pub(super) trait Ops {
     /// RMS normalization of each row, times the gain.
     fn rms_norm(&self, norm: &RmsNorm, x: &Self::Rows) -> Result<Self::Rows, ModelError>;
 
+    /// RMS normalization of each head's vector (`[heads, L, D]`, the gain `[D]`).
+    fn head_norm(&self, norm: &RmsNorm, x: Self::Heads) -> Result<Self::Heads, ModelError>;
+
     /// `silu(gate) * up`.
     fn silu_times(&self, gate: Self::Rows, up: &Self::Rows) -> Result<Self::Rows, ModelError>;
 

@@ -142,6 +142,7 @@ impl Gguf {
                 traditional: arch == "llama",
             },
             qkv_bias: family.qkv_bias(),
+            qk_norm: family.qk_norm(),
             context_length: self.number(&key("context_length"))?.unwrap_or(4096.0) as usize,
         };
         config.validate()?;
@@ -284,6 +285,8 @@ fn hf_name(gguf: &str) -> Option<String> {
                 "attn_k" => "self_attn.k_proj",
                 "attn_v" => "self_attn.v_proj",
                 "attn_output" => "self_attn.o_proj",
+                "attn_q_norm" => "self_attn.q_norm",
+                "attn_k_norm" => "self_attn.k_norm",
                 "ffn_gate" => "mlp.gate_proj",
                 "ffn_up" => "mlp.up_proj",
                 "ffn_down" => "mlp.down_proj",

@@ -282,7 +282,7 @@ function HubLookup({ activeId, available, downloads }: { activeId: string | null
   return (
     <section class="card" data-testid="hub-lookup">
       <h2>Any model from the Hugging Face hub</h2>
-      <p class="muted">MLX checkpoints of the Llama family (Llama 3.x, Qwen2/2.5, Mistral, SmolLM2), e.g. from mlx-community.</p>
+      <p class="muted">MLX checkpoints of Llama 3.x, SmolLM2, Mistral, Qwen2/2.5 and Qwen3, e.g. from mlx-community.</p>
       <form
         class="row"
         onSubmit={(e) => {

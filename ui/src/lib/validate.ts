@@ -124,7 +124,7 @@ export function parseRepoId(input: string): RepoIdResult {
   if (url) s = url[1]!.split("/").slice(0, 2).join("/");
   if (!s) return { ok: false, error: "Enter a model repository as owner/name, e.g. mlx-community/Llama-3.2-3B-Instruct-4bit." };
   const parts = s.split("/");
-  if (parts.length !== 2) return { ok: false, error: "Use the form owner/name, e.g. mlx-community/Qwen2.5-7B-Instruct-4bit." };
+  if (parts.length !== 2) return { ok: false, error: "Use the form owner/name, e.g. mlx-community/Qwen3-8B-4bit." };
   for (const [i, p] of parts.entries()) {
     const what = i === 0 ? "owner" : "name";
     if (!p) return { ok: false, error: `The ${what} is missing: use owner/name.` };

@@ -25,14 +25,15 @@ describe("model manager", () => {
     expect(await builtin.textContent()).toMatch(/SmolLM2.*Active.*Built in/);
     const recommended = page.locator(`${tid("recommended-models")} ${tid("model-card")}`);
     expect(await recommended.evaluateAll((els) => els.map((e) => e.getAttribute("data-model-id")))).toEqual([
+      "mlx-community/Qwen3-4B-4bit",
+      "mlx-community/Qwen3-8B-4bit",
+      "mlx-community/Qwen3-14B-4bit",
       "mlx-community/Llama-3.2-3B-Instruct-4bit",
-      "mlx-community/Qwen2.5-7B-Instruct-4bit",
-      "mlx-community/Mistral-7B-Instruct-v0.3-4bit",
     ]);
-    const mistral = page.locator(card("mlx-community/Mistral-7B-Instruct-v0.3-4bit"));
-    expect(await mistral.locator(tid("fit-bad")).textContent()).toMatch(/needs ~7.40 GiB, 6.10 GiB available/);
-    expect(await mistral.locator(tid("model-download")).textContent()).toMatch(/Download anyway/);
-    await mistral.locator(tid("model-download")).click();
+    const large = page.locator(card("mlx-community/Qwen3-14B-4bit"));
+    expect(await large.locator(tid("fit-bad")).textContent()).toMatch(/needs ~9.10 GiB, 6.10 GiB available/);
+    expect(await large.locator(tid("model-download")).textContent()).toMatch(/Download anyway/);
+    await large.locator(tid("model-download")).click();
     await page.locator(tid("confirm-ok")).waitFor();
     await page.keyboard.press("Escape");
     expect((await mockCalls(page)).some((c) => c.cmd === "download_model")).toBe(false);
@@ -42,19 +43,19 @@ describe("model manager", () => {
     app = await openApp(env.browser, env.url);
     const { page } = app;
     await page.click(tid("nav-models"));
-    const qwen = page.locator(card("mlx-community/Qwen2.5-7B-Instruct-4bit"));
+    const qwen = page.locator(card("mlx-community/Qwen3-8B-4bit"));
     const dl = qwen.locator(tid("download-item"));
     expect(await dl.getAttribute("data-state")).toBe("paused");
     expect(await dl.locator(tid("download-file")).count()).toBe(4);
     expect(await dl.locator(tid("download-totals")).textContent()).toMatch(/1.63 GiB \/ 4.28 GiB · 38%/);
 
     await dl.locator(tid("download-resume")).click();
-    await page.waitForFunction(() => /MiB\/s · .* left/.test(document.querySelector('[data-repo="mlx-community/Qwen2.5-7B-Instruct-4bit"] [data-testid="download-totals"]')?.textContent ?? ""));
+    await page.waitForFunction(() => /MiB\/s · .* left/.test(document.querySelector('[data-repo="mlx-community/Qwen3-8B-4bit"] [data-testid="download-totals"]')?.textContent ?? ""));
     expect(await dl.getAttribute("data-state")).toBe("downloading");
     await dl.locator(tid("download-pause")).click();
-    await page.waitForSelector(`${card("mlx-community/Qwen2.5-7B-Instruct-4bit")} ${tid("download-item")}[data-state="paused"]`);
+    await page.waitForSelector(`${card("mlx-community/Qwen3-8B-4bit")} ${tid("download-item")}[data-state="paused"]`);
     await dl.locator(tid("download-cancel")).click();
-    await page.waitForSelector(`${card("mlx-community/Qwen2.5-7B-Instruct-4bit")} ${tid("download-item")}`, { state: "detached" });
+    await page.waitForSelector(`${card("mlx-community/Qwen3-8B-4bit")} ${tid("download-item")}`, { state: "detached" });
     await qwen.locator(tid("model-download")).waitFor();
     const cmds = (await mockCalls(page)).map((c) => c.cmd);
     expect(cmds).toEqual(expect.arrayContaining(["resume_download", "pause_download", "cancel_download"]));

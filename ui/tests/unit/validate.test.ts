@@ -125,7 +125,7 @@ describe("validateSettings", () => {
 
 describe("parseRepoId", () => {
   it("accepts owner/name ids", () => {
-    for (const id of ["mlx-community/Llama-3.2-3B-Instruct-4bit", "mlx-community/Qwen2.5-7B-Instruct-4bit", "mlx-community/Mistral-7B-Instruct-v0.3-4bit", "a/b", "Org_1/model.v2"]) {
+    for (const id of ["mlx-community/Llama-3.2-3B-Instruct-4bit", "mlx-community/Qwen3-8B-4bit", "mlx-community/Qwen3-14B-4bit", "a/b", "Org_1/model.v2"]) {
       expect(parseRepoId(id)).toEqual({ ok: true, repoId: id });
     }
   });
