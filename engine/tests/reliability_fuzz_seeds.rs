@@ -21,23 +21,23 @@ use reliability_common::*;
 /// Tokens of the real vocabulary kept in the reduced seed.
 const KEEP_TOKENS: usize = 400;
 
-/// The real model's metadata with its vocabulary cut to the first `KEEP_TOKENS` tokens
-/// and the merges among them; everything else (chat template, special ids, the model's
-/// hyper-parameters) as it is.
-fn reduced_metadata() -> Vec<(String, Value)> {
-    let header = GgufHeader::read_file(&smollm2_path()).unwrap();
+/// A real model's metadata with its vocabulary cut to the first `keep` tokens (their
+/// types and scores too) and the merges among them; everything else (chat template,
+/// special ids, the model's hyper-parameters) as it is.
+fn reduced_metadata(path: &std::path::Path, keep: usize) -> Vec<(String, Value)> {
+    let header = GgufHeader::read_file(path).unwrap();
     let tokens = header
         .metadata
         .strings("tokenizer.ggml.tokens")
         .unwrap()
         .unwrap();
-    let kept: Vec<String> = tokens[..KEEP_TOKENS].to_vec();
+    let kept: Vec<String> = tokens[..keep].to_vec();
     let known: HashSet<&str> = kept.iter().map(String::as_str).collect();
     let merges: Vec<String> = header
         .metadata
         .strings("tokenizer.ggml.merges")
         .unwrap()
-        .unwrap()
+        .unwrap_or_default()
         .iter()
         .filter(|m| {
             m.split_once(' ').is_some_and(|(a, b)| {
@@ -53,12 +53,13 @@ fn reduced_metadata() -> Vec<(String, Value)> {
             let v = match (k, v) {
                 ("tokenizer.ggml.tokens", _) => Value::Array(Array::Strings(kept.clone())),
                 ("tokenizer.ggml.merges", _) => Value::Array(Array::Strings(merges.clone())),
-                ("tokenizer.ggml.token_type", Value::Array(Array::Numbers { code, values })) => {
-                    Value::Array(Array::Numbers {
-                        code: *code,
-                        values: values[..KEEP_TOKENS].to_vec(),
-                    })
-                }
+                (
+                    "tokenizer.ggml.token_type" | "tokenizer.ggml.scores",
+                    Value::Array(Array::Numbers { code, values }),
+                ) => Value::Array(Array::Numbers {
+                    code: *code,
+                    values: values[..keep].to_vec(),
+                }),
                 _ => v.clone(),
             };
             (k.to_string(), v)
@@ -95,7 +96,10 @@ fn small_tensors() -> Vec<TensorData> {
 
 fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let real = std::fs::read(smollm2_path()).unwrap();
-    let metadata = reduced_metadata();
+    let metadata = reduced_metadata(&smollm2_path(), KEEP_TOKENS);
+    // Gemma 3's SentencePiece vocabulary: its first 600 ids hold control, user-defined,
+    // byte and normal pieces.
+    let sentencepiece = reduced_metadata(&gemma3_path(), 600);
     let every_type = vec![
         ("u8".to_string(), Value::U8(1)),
         ("i8".into(), Value::I8(-1)),
@@ -136,6 +140,10 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
             gguf_bytes(&every_type, &small_tensors()[..2]),
         ),
         ("empty.gguf", gguf_bytes(&[], &[])),
+        (
+            "gemma3-reduced-no-tensors.gguf",
+            gguf_bytes(&sentencepiece, &[]),
+        ),
     ]
 }
 
@@ -216,6 +224,12 @@ fn gguf_seeds_reach_the_tokenizer() {
     );
     assert!(GgufHeader::parse(&seeds[3].1).is_ok());
     assert!(GgufHeader::parse(&seeds[4].1).is_ok());
+    let gemma = GgufHeader::parse(&seeds[5].1).unwrap();
+    let tokenizer = Tokenizer::from_gguf_metadata(&gemma.metadata).unwrap();
+    assert_eq!(tokenizer.vocab_size(), 600);
+    // Byte pieces carry what no kept piece covers.
+    let ids = tokenizer.encode("the\u{1F40B}", false).unwrap();
+    assert_eq!(tokenizer.decode(&ids, false).unwrap(), "the\u{1F40B}");
     write_seeds(
         "gguf_metadata",
         seeds.into_iter().map(|(n, b)| (n.to_string(), b)),

@@ -1,4 +1,6 @@
-//! The tokenizer rebuilt from the offline SmolLM2 GGUF against reference ids.
+//! The tokenizers rebuilt from the offline GGUFs against reference ids: SmolLM2's byte-level
+//! BPE against transformers, Gemma 3's SentencePiece vocabulary against the `sentencepiece`
+//! library.
 
 mod offline;
 
@@ -80,4 +82,94 @@ fn streaming_decode_emits_whole_characters_only() {
     assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
     // The whale emoji spans several byte-level tokens: some pushes emit nothing.
     assert!(pieces.len() < ids.len());
+}
+
+/// What the `sentencepiece` library encodes `texts` to, with the vocabulary of the GGUF at
+/// `path` (`scripts/reference/sentencepiece_ids.py`).
+fn sentencepiece_ids(path: &std::path::Path, texts: &[String]) -> Vec<Vec<u32>> {
+    use std::io::Write;
+    let root = offline::workspace_root();
+    let mut child = std::process::Command::new(root.join(".venv/bin/python"))
+        .arg(root.join("scripts/reference/sentencepiece_ids.py"))
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the project's .venv Python runs (scripts/setup.sh venv)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(texts).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "sentencepiece_ids.py failed");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Texts that reach every rule: the strings above, runs of spaces and newlines (Gemma's
+/// user-defined pieces), control tokens inside text, characters no piece covers (byte
+/// fallback), and pages of both offline texts.
+fn sentencepiece_texts() -> Vec<String> {
+    let root = offline::workspace_root();
+    let moby = std::fs::read_to_string(root.join(".data/texts/moby-dick.txt")).unwrap();
+    let sotu_dir = root.join(".data/texts/sotu");
+    let mut sotu_files: Vec<_> = std::fs::read_dir(&sotu_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    sotu_files.sort();
+    let sotu = std::fs::read_to_string(sotu_files.last().unwrap()).unwrap();
+    let page = |text: &str, from: usize, chars: usize| -> String {
+        text.chars().skip(from).take(chars).collect()
+    };
+    let mut texts: Vec<String> = REFERENCE.iter().map(|(t, _)| t.to_string()).collect();
+    texts.extend([
+        "a  b   c    d\t\te".to_string(),
+        format!("end{}start", "\n".repeat(40)),
+        " leading space and trailing space ".to_string(),
+        "<start_of_turn>user\nWho is Ahab?<end_of_turn>\n<start_of_turn>model\n".to_string(),
+        "rare: \u{1F9FF}\u{10FFFD}\u{0}\u{7}".to_string(),
+        String::new(),
+        page(&moby, 0, 20_000),
+        page(&moby, 600_000, 20_000),
+        page(&sotu, 0, 20_000),
+    ]);
+    texts
+}
+
+#[test]
+fn sentencepiece_vocabularies_encode_as_the_sentencepiece_library_does() {
+    let path = offline::gemma3_path();
+    let started = std::time::Instant::now();
+    let tok = Tokenizer::from_gguf(&Gguf::open(&path).expect("GGUF opens"))
+        .expect("the SentencePiece tokenizer builds from GGUF metadata");
+    println!("built in {:?}", started.elapsed());
+    let texts = sentencepiece_texts();
+    let reference = sentencepiece_ids(&path, &texts);
+    let mut tokens = 0;
+    for (text, want) in texts.iter().zip(&reference) {
+        let got = tok.encode(text, false).unwrap();
+        if &got != want {
+            let at = got.iter().zip(want).take_while(|(a, b)| a == b).count();
+            panic!(
+                "{:?}...: ids differ from sentencepiece's at {at}: {:?} vs {:?}",
+                text.chars().take(60).collect::<String>(),
+                &got[at..(at + 8).min(got.len())],
+                &want[at..(at + 8).min(want.len())],
+            );
+        }
+        tokens += got.len();
+        // No space prefix in Gemma's vocabulary: decoding gives the text back, special
+        // tokens included.
+        assert_eq!(&tok.decode(&got, false).unwrap(), text);
+    }
+    println!(
+        "{} texts, {tokens} tokens, equal to sentencepiece's",
+        texts.len()
+    );
+    // Gemma 3 adds its BOS; its end of turn stops generation.
+    assert_eq!(tok.encode("Hi", true).unwrap()[0], 2);
+    let end_of_turn = tok.token_id("<end_of_turn>").unwrap();
+    assert!(tok.is_stop(end_of_turn) && tok.is_stop(1));
 }

@@ -318,6 +318,8 @@ if [ -f "$REAL_ROOT/.data/texts/moby-dick.txt" ] && [ -d "$REAL_ROOT/.data/texts
   : >"$DIR/root/.data/models/.verified"
   : >"$DIR/root/.data/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
   : >"$DIR/root/.data/models/.verified-Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf"
+  : >"$DIR/root/.data/models/gemma-3-270m-Q4_K_M.gguf"
+  : >"$DIR/root/.data/models/.verified-gemma-3-270m-Q4_K_M.gguf"
   texts=data
 fi
 setup_in "" apt venv mlx-sys $texts ui tools

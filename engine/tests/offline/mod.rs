@@ -42,6 +42,18 @@ pub fn qwen25_path() -> PathBuf {
     path
 }
 
+/// The offline Gemma 3 270M GGUF (Q4_K_M, a SentencePiece vocabulary); panics with the fix
+/// when it is absent.
+pub fn gemma3_path() -> PathBuf {
+    let path = workspace_root().join(".data/models/gemma-3-270m-Q4_K_M.gguf");
+    assert!(
+        path.is_file(),
+        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
+        path.display()
+    );
+    path
+}
+
 /// An engine on the offline model with the given options tweaks.
 pub async fn engine(tweak: impl FnOnce(&mut EngineOptions)) -> Engine {
     let mut options = EngineOptions::new(ModelSource::Path(smollm2_path()));

@@ -12,7 +12,7 @@ use serde_json::Value;
 #[path = "../offline/mod.rs"]
 mod offline;
 #[allow(unused_imports)]
-pub use offline::{smollm2_path, workspace_root};
+pub use offline::{gemma3_path, smollm2_path, workspace_root};
 
 /// The tiny random-weight Llama 3 checkpoint (2 layers, d = 64, 256 byte-level tokens).
 pub fn tiny_fixture() -> PathBuf {
