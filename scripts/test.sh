@@ -80,7 +80,7 @@ stage_mac() {
   mac_test tiny_models
   mac_test mac_path
   mac_test decode_loop
-  mac_test prompt_chunks every_setting
+  mac_test prompt_chunks every_setting window_and_global_layers
   mac_test kivi_engine the_quantized_history_is_the_reference_quantizer_bit_for_bit
 }
 

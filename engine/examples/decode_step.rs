@@ -101,7 +101,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut caches: Vec<_> = variants
         .iter()
         .map(|&(config, m)| {
-            let mut layers = config.make_layers(c.num_layers, models[m].model.backend());
+            let mut layers = config.make_layers(&c, models[m].model.backend());
             for cache in &mut layers {
                 let q_shape = [1, c.num_heads as i32, 512, c.head_dim as i32];
                 for _ in 0..context / 512 {

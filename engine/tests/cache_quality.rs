@@ -32,8 +32,7 @@ fn perplexity(
     config: CacheConfig,
     window: &[u32],
 ) -> f64 {
-    let layers = loaded.model.config().num_layers;
-    let mut caches = config.make_layers(layers, loaded.model.backend());
+    let mut caches = config.make_layers(loaded.model.config(), loaded.model.backend());
     let nll = window_nll(&loaded.model, &mut caches, window, CHUNK..WINDOW, CHUNK)
         .unwrap_or_else(|e| panic!("{config}: {e}"));
     (nll.iter().map(|&x| f64::from(x)).sum::<f64>() / nll.len() as f64).exp()

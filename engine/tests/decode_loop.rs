@@ -35,7 +35,7 @@ fn load(name: &str, backend: Backend) -> LoadedModel {
 }
 
 fn caches(loaded: &LoadedModel, config: CacheConfig) -> Vec<Box<dyn KvCache>> {
-    config.make_layers(loaded.model.config().num_layers, loaded.model.backend())
+    config.make_layers(loaded.model.config(), loaded.model.backend())
 }
 
 const PROMPT: usize = 45;

@@ -47,8 +47,7 @@ fn decode(
     mut next: impl FnMut(usize, &[f32]) -> u32,
 ) -> (Vec<Vec<f32>>, Vec<u32>) {
     let backend = loaded.model.backend();
-    let mut caches: Vec<Box<dyn KvCache>> =
-        config.make_layers(loaded.model.config().num_layers, backend);
+    let mut caches: Vec<Box<dyn KvCache>> = config.make_layers(loaded.model.config(), backend);
     let hidden = loaded.model.forward(prompt, &mut caches).unwrap();
     let mut logits: Array = loaded.model.last_logits(&hidden).unwrap();
     let (mut rows, mut tokens) = (Vec::new(), Vec::new());

@@ -195,7 +195,7 @@ fn text_tokens(loaded: &LoadedModel, n: usize) -> Vec<u32> {
 }
 
 fn caches(loaded: &LoadedModel, config: CacheConfig) -> Vec<Box<dyn KvCache>> {
-    config.make_layers(loaded.model.config().num_layers, loaded.model.backend())
+    config.make_layers(loaded.model.config(), loaded.model.backend())
 }
 
 fn floats(logits: &Array) -> Vec<f32> {

@@ -67,7 +67,7 @@ fn logits_after(
     total: usize,
 ) -> Vec<f32> {
     let mut caches: Vec<Box<dyn KvCache>> =
-        config.make_layers(model.model.config().num_layers, model.model.backend());
+        config.make_layers(model.model.config(), model.model.backend());
     let mut hidden = None;
     for piece in pieces {
         hidden = Some(

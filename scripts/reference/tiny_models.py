@@ -13,6 +13,10 @@ tests load the same folders and must produce the same logits.
   tiny-qwen3    Qwen3 (per-head query and key norms, no biases, head_dim 32 larger than
                 hidden/heads), float32; beside it model.gguf, the same weights as llama.cpp's
                 converter lays them out (architecture `qwen3`, F32 tensors)
+  tiny-gemma3   Gemma 3 text: layers alternating an 8-token sliding window (local RoPE
+                base) with global attention, query and key norms, four norms per block,
+                GELU, scaled embeddings, a query scale that is not head_dim's; 48 tokens,
+                six windows long
 
   .venv/bin/python scripts/reference/tiny_models.py [NAME...]
 """
@@ -54,6 +58,15 @@ MODELS = {
                        quantization={"group_size": 64, "bits": 4}),
     "tiny-qwen3": dict(BASE, model_type="qwen3", rope_theta=1000000.0, head_dim=32,
                        tie_word_embeddings=True, vocab_size=258),
+    "tiny-gemma3": dict(BASE, model_type="gemma3_text", head_dim=32, num_hidden_layers=4,
+                        sliding_window=8, sliding_window_pattern=2, rope_theta=1000000.0,
+                        rope_local_base_freq=10000.0, query_pre_attn_scalar=24,
+                        rms_norm_eps=1e-6),
+}
+
+# Prompts longer than the default one, by fixture.
+LONG_TOKENS = {
+    "tiny-gemma3": list(b"Call me Ishmael. Some years ago--never mind how "),
 }
 
 # The fixtures also written as GGUF (model.gguf beside the safetensors).
@@ -98,10 +111,11 @@ def make(name, config):
 
     # The reference: what mlx-lm computes after loading the folder back.
     reference_model, _ = load(str(dest))
-    logits = reference_model(mx.array([TOKENS]))[0].astype(mx.float32)
+    tokens = LONG_TOKENS.get(name, TOKENS)
+    logits = reference_model(mx.array([tokens]))[0].astype(mx.float32)
     (dest / "reference.json").write_text(json.dumps({
         "source": "scripts/reference/tiny_models.py, mlx_lm.load + forward",
-        "tokens": TOKENS,
+        "tokens": tokens,
         "logits": [[round(v, 6) for v in row] for row in logits.tolist()],
     }))
     if name in GGUF_EXPORTS:

@@ -242,6 +242,7 @@ mod tests {
             residual_capacity: 159,
             fp16_bytes: 1000,
             held_bytes: 300,
+            window: 0,
         };
         let kv = KvStats {
             total: layer,

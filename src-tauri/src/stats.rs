@@ -337,6 +337,7 @@ mod tests {
             residual_capacity: 63,
             fp16_bytes: 4000,
             held_bytes: 1500,
+            window: 0,
         };
         let stats = Stats {
             phase: EnginePhase::Decode,

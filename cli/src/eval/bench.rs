@@ -95,18 +95,21 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
     }
     let prompt_len = plan.context - plan.decode_tokens;
     let prompt = corpus::leading_tokens(&loaded.tokenizer, text, prompt_len)?;
-    let layers = loaded.model.config().num_layers;
     // Warm-up on throwaway caches of the same kind, through the same decode loop: MLX's
     // first operations (the sampler's among them), page faults on the weights and thread
     // start-up are not what is measured.
     {
-        let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
+        let mut caches = plan
+            .cache
+            .make_layers(loaded.model.config(), loaded.model.backend());
         let warm = &prompt[..16.min(prompt_len)];
         let logits = prefill(&loaded.model, &mut caches, warm, 16)?;
         decode(loaded, &mut caches, &logits, warm.to_vec(), 2)?;
     }
     let rss_after_load_bytes = current_resident_bytes();
-    let mut caches = plan.cache.make_layers(layers, loaded.model.backend());
+    let mut caches = plan
+        .cache
+        .make_layers(loaded.model.config(), loaded.model.backend());
     let began = Instant::now();
     let logits = prefill(&loaded.model, &mut caches, &prompt, plan.prefill_chunk)?;
     let prefill_secs = began.elapsed().as_secs_f64();

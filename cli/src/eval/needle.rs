@@ -181,7 +181,7 @@ pub fn ask(
     let text = tokenizer.apply_chat_template(&messages, true)?;
     // The template writes the special tokens itself.
     let prompt = tokenizer.encode(&text, false)?;
-    let mut caches = config.make_layers(loaded.model.config().num_layers, loaded.model.backend());
+    let mut caches = config.make_layers(loaded.model.config(), loaded.model.backend());
     let prompt_logits = prefill(&loaded.model, &mut caches, &prompt, chunk)?;
     // The prompt's cache, to score the forced answer on after the greedy one.
     let prompt_states = caches

@@ -108,7 +108,6 @@ pub fn run_text(
             plan.offset
         );
     }
-    let layers = loaded.model.config().num_layers;
     let scored = plan.window - plan.scored..plan.window;
     let mut results = Vec::new();
     for config in configs {
@@ -117,7 +116,7 @@ pub fn run_text(
         let mut window_perplexity = Vec::new();
         for (i, &start) in starts.iter().enumerate() {
             let window = &tokens[start..start + plan.window];
-            let mut caches = config.make_layers(layers, loaded.model.backend());
+            let mut caches = config.make_layers(loaded.model.config(), loaded.model.backend());
             let nll = window_nll(
                 &loaded.model,
                 &mut caches,

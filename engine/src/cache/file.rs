@@ -3,8 +3,8 @@
 //!
 //! The file is safetensors: one tensor per cache buffer, named `layers.<i>.<buffer>`, and a
 //! header (safetensors metadata) with the format name and version, the model id, the cache
-//! settings (JSON), the token and layer counts, free-form `extra` entries, and a checksum
-//! over all of it. The loader ([`from_bytes`], a function of bytes alone so it can be
+//! settings (JSON), the token and layer counts, each layer's sliding window where a model
+//! has window layers, free-form `extra` entries, and a checksum over all of it. The loader ([`from_bytes`], a function of bytes alone so it can be
 //! fuzzed) refuses, with a [`CacheFileError`] that says what to do, a file that is not a
 //! cache file, is truncated or damaged, fails its checksum, was made for another model or
 //! with other settings, or holds arrays that do not fit those settings. It never panics.
@@ -30,11 +30,13 @@ pub const FORMAT: &str = "kivi-chat-kv-cache";
 /// The version of the layout this code writes. Version 2: a KIVI cache of a float32 model
 /// holds its scales, zeros and residual window in float16. Version 3: KIVI+ settings (the
 /// residual arrays begin with the attention sinks; keys and values may be stored in the
-/// Hadamard basis), which version 2 readers cannot take.
-pub const VERSION: &str = "3";
+/// Hadamard basis), which version 2 readers cannot take. Version 4: `windows`, each layer's
+/// sliding window (a window layer holds its newest positions whatever the settings), which
+/// a version 3 reader would take for KIVI layers.
+pub const VERSION: &str = "4";
 /// Versions this code reads: a version 2 file holds plain KIVI or full precision, whose
-/// layout version 3 keeps.
-const READABLE: [&str; 2] = ["2", VERSION];
+/// layout version 3 keeps; neither has window layers.
+const READABLE: [&str; 3] = ["2", "3", VERSION];
 /// More layers than any model has: a header claiming more is refused.
 const MAX_LAYERS: usize = 4096;
 
@@ -101,6 +103,9 @@ pub struct CacheFileHeader {
     pub tokens: usize,
     /// Number of layers.
     pub layers: usize,
+    /// Each layer's sliding window in positions, 0 for a global layer; empty when every
+    /// layer is global.
+    pub windows: Vec<usize>,
     /// The caller's own entries (e.g. a hash of the document's token ids).
     pub extra: BTreeMap<String, String>,
 }
@@ -131,8 +136,11 @@ pub fn to_bytes<'a>(
     extra: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CacheFileError> {
     let mut states = Vec::new();
+    let mut windows = Vec::new();
     for (layer, cache) in caches.into_iter().enumerate() {
         let state = cache.state()?;
+        let window = cache.stats().window;
+        windows.push(window);
         if let Some(first) = states.first().map(|s: &CacheState| s.tokens) {
             if state.tokens != first {
                 return Err(CacheFileError::Save(format!(
@@ -142,14 +150,20 @@ pub fn to_bytes<'a>(
             }
         }
         // The settings recorded must be the ones that made these caches.
-        config.make(backend).restore(state.clone()).map_err(|e| {
-            CacheFileError::Save(format!(
-                "layer {layer} does not match settings {config}: {e}"
-            ))
-        })?;
+        config
+            .make_layer((window > 0).then_some(window), backend)
+            .restore(state.clone())
+            .map_err(|e| {
+                CacheFileError::Save(format!(
+                    "layer {layer} does not match settings {config}: {e}"
+                ))
+            })?;
         states.push(state);
     }
-    encode(model_id, config, states, extra)
+    if windows.iter().all(|&w| w == 0) {
+        windows.clear();
+    }
+    encode(model_id, config, states, &windows, extra)
 }
 
 /// Writes states as they are, with a valid checksum (the loader's tests use it to forge
@@ -158,9 +172,10 @@ fn encode(
     model_id: &str,
     config: &CacheConfig,
     states: Vec<CacheState>,
+    windows: &[usize],
     extra: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CacheFileError> {
-    encode_as(VERSION, model_id, config, states, extra)
+    encode_as(VERSION, model_id, config, states, windows, extra)
 }
 
 /// [`encode`] under a given format version (the tests write older versions).
@@ -169,6 +184,7 @@ fn encode_as(
     model_id: &str,
     config: &CacheConfig,
     states: Vec<CacheState>,
+    windows: &[usize],
     extra: &BTreeMap<String, String>,
 ) -> Result<Vec<u8>, CacheFileError> {
     let tokens = states.first().map_or(0, |s| s.tokens);
@@ -191,6 +207,9 @@ fn encode_as(
         ("layers".to_string(), layers.to_string()),
         ("extra".to_string(), json(extra)?),
     ]);
+    if !windows.is_empty() {
+        metadata.insert("windows".to_string(), json(&windows)?);
+    }
     let views = tensors
         .iter()
         .map(|(name, t)| (name.as_str(), t.view()))
@@ -307,6 +326,11 @@ pub fn read_header(bytes: &[u8]) -> Result<CacheFileHeader, CacheFileError> {
             .map_err(|e| CacheFileError::Corrupt(format!("cache settings: {e}")))?,
         tokens: number("tokens")?,
         layers: number("layers")?,
+        windows: match meta.get("windows") {
+            Some(w) => serde_json::from_str(w)
+                .map_err(|e| CacheFileError::Corrupt(format!("layer windows: {e}")))?,
+            None => Vec::new(),
+        },
         extra: serde_json::from_str(entry("extra")?)
             .map_err(|e| CacheFileError::Corrupt(format!("extra entries: {e}")))?,
     })
@@ -375,6 +399,13 @@ pub fn from_bytes(
             tensors.len()
         )));
     }
+    if !header.windows.is_empty() && header.windows.len() != header.layers {
+        return Err(CacheFileError::Corrupt(format!(
+            "{} layer windows for {} layers",
+            header.windows.len(),
+            header.layers
+        )));
+    }
     let mut states: Vec<CacheState> = (0..header.layers)
         .map(|_| CacheState {
             tokens: header.tokens,
@@ -395,7 +426,8 @@ pub fn from_bytes(
     for (layer, mut state) in states.into_iter().enumerate() {
         // Restore in a fixed order, whatever order the file listed the tensors in.
         state.arrays.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut cache = config.make(backend);
+        let window = header.windows.get(layer).copied().filter(|&w| w > 0);
+        let mut cache = config.make_layer(window, backend);
         cache.restore(state).map_err(|e| match e {
             CacheError::State(why) => CacheFileError::Corrupt(format!("layer {layer}: {why}")),
             other => CacheFileError::Cache(other),

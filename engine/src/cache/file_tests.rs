@@ -25,9 +25,21 @@ fn filled(
     tokens: usize,
     dtype: Dtype,
 ) -> Vec<Box<dyn KvCache>> {
-    (0..layers)
-        .map(|layer| {
-            let mut cache = config.make(&HOST);
+    filled_with_windows(config, &vec![None; layers], tokens, dtype)
+}
+
+/// [`filled`] for layers with the given sliding windows.
+fn filled_with_windows(
+    config: &CacheConfig,
+    windows: &[Option<usize>],
+    tokens: usize,
+    dtype: Dtype,
+) -> Vec<Box<dyn KvCache>> {
+    windows
+        .iter()
+        .enumerate()
+        .map(|(layer, &window)| {
+            let mut cache = config.make_layer(window, &HOST);
             let data = Layer::new(layer as u64, Profile::Outliers, (9, 3, 64), tokens, 1);
             let shape = [1, 3, tokens as i32, 64];
             let keys = Array::from_slice(&data.keys, &shape)
@@ -140,7 +152,7 @@ fn version_2_files_open_and_unknown_versions_are_named() {
     let caches = filled(&config, 2, 100, Dtype::Float32);
     let rewrite = |version: &str| {
         let states = caches.iter().map(|c| c.state().unwrap()).collect();
-        encode_as(version, MODEL, &config, states, &BTreeMap::new()).unwrap()
+        encode_as(version, MODEL, &config, states, &[], &BTreeMap::new()).unwrap()
     };
     let old = from_bytes(&rewrite("2"), MODEL, &config, &HOST).unwrap();
     assert_eq!(contents(&old.caches), contents(&caches));
@@ -149,9 +161,27 @@ fn version_2_files_open_and_unknown_versions_are_named() {
 }
 
 #[test]
+fn window_layers_round_trip_and_their_windows_are_recorded() {
+    let config: CacheConfig = "k2v2-g32-r32-s4".parse().unwrap();
+    let windows = [Some(8), None, Some(8), None];
+    let caches = filled_with_windows(&config, &windows, 150, Dtype::Float32);
+    let loaded = from_bytes(&bytes_of(&config, &caches), MODEL, &config, &HOST).unwrap();
+    assert_eq!(loaded.header.windows, [8, 0, 8, 0]);
+    assert_eq!(contents(&loaded.caches), contents(&caches));
+    for (a, b) in loaded.caches.iter().zip(&caches) {
+        assert_eq!(a.stats(), b.stats());
+        assert_eq!(a.len(), 150);
+    }
+    // Files of models without window layers record none.
+    let plain = filled(&config, 2, 40, Dtype::Float32);
+    let loaded = from_bytes(&bytes_of(&config, &plain), MODEL, &config, &HOST).unwrap();
+    assert!(loaded.header.windows.is_empty());
+}
+
+#[test]
 fn empty_caches_round_trip() {
     let config = kivi(2, 2, 32, 32);
-    let caches: Vec<Box<dyn KvCache>> = config.make_layers(4, &HOST);
+    let caches: Vec<Box<dyn KvCache>> = (0..4).map(|_| config.make(&HOST)).collect();
     let loaded = from_bytes(&bytes_of(&config, &caches), MODEL, &config, &HOST).unwrap();
     assert_eq!((loaded.header.tokens, loaded.caches.len()), (0, 4));
     assert!(loaded.caches.iter().all(|c| c.is_empty()));
@@ -260,7 +290,7 @@ fn refuses_forged_files() {
     let forge = |edit: &dyn Fn(&mut CacheState)| {
         let mut s = state.clone();
         edit(&mut s);
-        encode(MODEL, &config, vec![s], &BTreeMap::new()).unwrap()
+        encode(MODEL, &config, vec![s], &[], &BTreeMap::new()).unwrap()
     };
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("token count", forge(&|s| s.tokens += 1)),
@@ -329,6 +359,7 @@ fn refuses_forged_files() {
         MODEL,
         &config,
         vec![state.clone(), state.clone()],
+        &[],
         &BTreeMap::new(),
     )
     .unwrap();

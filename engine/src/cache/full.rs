@@ -311,6 +311,7 @@ impl KvCache for FullCache {
             residual_capacity: 0,
             fp16_bytes: elements * 2,
             held_bytes,
+            window: 0,
         }
     }
 

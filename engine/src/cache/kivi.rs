@@ -616,6 +616,7 @@ impl KvCache for KiviCache {
             residual_capacity: self.config.residual_capacity(),
             fp16_bytes,
             held_bytes: self.bytes().total(),
+            window: 0,
         }
     }
 

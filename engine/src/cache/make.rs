@@ -1,13 +1,17 @@
-//! Making the caches a configuration names, for the backend a model runs on.
+//! Making the caches a configuration names, for the backend a model runs on and for the
+//! attention of each of its layers.
 
 use super::config::CacheConfig;
 use super::full::FullCache;
 use super::kivi::KiviCache;
+use super::window::WindowCache;
 use super::KvCache;
 use crate::backend::Backend;
+use crate::model::ModelConfig;
 
 impl CacheConfig {
-    /// A new, empty cache for one layer of a model running on `backend`.
+    /// A new, empty cache for a layer that attends to every position, of a model running on
+    /// `backend`.
     pub fn make(&self, backend: &Backend) -> Box<dyn KvCache> {
         match self {
             CacheConfig::Full => Box::new(FullCache::new(*backend)),
@@ -15,8 +19,19 @@ impl CacheConfig {
         }
     }
 
-    /// One empty cache per layer.
-    pub fn make_layers(&self, layers: usize, backend: &Backend) -> Vec<Box<dyn KvCache>> {
-        (0..layers).map(|_| self.make(backend)).collect()
+    /// A new, empty cache for a layer with the given sliding window (`None`: global, the
+    /// cache this configuration names; `Some(W)`: the newest positions in full precision).
+    pub fn make_layer(&self, window: Option<usize>, backend: &Backend) -> Box<dyn KvCache> {
+        match window {
+            Some(w) => Box::new(WindowCache::new(w, backend)),
+            None => self.make(backend),
+        }
+    }
+
+    /// One empty cache per layer of `model`, each the kind its attention needs.
+    pub fn make_layers(&self, model: &ModelConfig, backend: &Backend) -> Vec<Box<dyn KvCache>> {
+        (0..model.num_layers)
+            .map(|i| self.make_layer(model.layer_window(i), backend))
+            .collect()
     }
 }

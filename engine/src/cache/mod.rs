@@ -7,6 +7,9 @@
 //!
 //! - [`FullCache`]: keys and values as they arrive.
 //! - [`KiviCache`]: KIVI, quantized history plus a full-precision residual window.
+//! - [`WindowCache`]: a sliding-window layer's newest positions (Gemma 3's local layers),
+//!   whatever the cache setting: each layer gets the cache its attention needs
+//!   ([`CacheConfig::make_layers`]).
 //! - [`CacheConfig`] / [`KiviConfig`]: which cache to make ([`CacheConfig::make`], for the
 //!   backend the model runs on), validated and serializable.
 //! - [`file`]: saving a model's caches and reopening them without a new prefill.
@@ -17,11 +20,13 @@ mod full;
 mod host_kv;
 mod kivi;
 mod make;
+mod window;
 
 pub use config::{CacheConfig, ConfigError, KiviConfig, RECOMMENDED};
 pub use full::FullCache;
 pub use kivi::{KiviBytes, KiviCache};
 pub use kivi_kernels::{KeyAxis, Rotation};
+pub use window::{WindowCache, TRUNCATE_SLACK};
 
 use mlx_rs::Array;
 use serde::{Deserialize, Serialize};
@@ -114,6 +119,10 @@ pub struct LayerKvStats {
     /// Most positions the residual window holds before its oldest group is quantized
     /// (KIVI: `R + G - 1`; 0 for a full-precision cache, which has no window).
     pub residual_capacity: usize,
+    /// The layer's sliding window in positions (its cache a [`WindowCache`]); 0 for a layer
+    /// that attends to every position.
+    #[serde(default)]
+    pub window: usize,
     /// Bytes the same keys and values would take in float16.
     pub fp16_bytes: u64,
     /// Bytes the cache actually holds: packed data, scales, zeros and residual (for a

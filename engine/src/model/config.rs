@@ -6,7 +6,8 @@ use serde_json::Value;
 use crate::error::LoadError;
 
 /// The model families the engine runs. All are Llama-architecture decoders; what sets
-/// them apart is a handful of configuration flags (see [`ModelConfig`]).
+/// them apart is a handful of configuration flags (see [`ModelConfig`]) and, for Gemma 3,
+/// the block's extra norms, its GELU and its sliding-window layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
@@ -20,10 +21,15 @@ pub enum Family {
     /// Qwen3 (dense): Llama with an RMS norm on each query and key head before RoPE, and
     /// no projection biases.
     Qwen3,
+    /// Gemma 3 (text): Qwen3's head norms, norms after attention and after the MLP too, a
+    /// GELU-tanh gated MLP, embeddings scaled by `sqrt(hidden)`, and five layers of six
+    /// attending over a sliding window with their own RoPE base.
+    Gemma3,
 }
 
 /// The families the engine runs, as messages that refuse another name them.
-pub const SUPPORTED_FAMILIES: &str = "Llama (Llama 3.x, SmolLM2), Mistral, Qwen2/2.5 and Qwen3";
+pub const SUPPORTED_FAMILIES: &str =
+    "Llama (Llama 3.x, SmolLM2), Mistral, Qwen2/2.5, Qwen3 and Gemma 3";
 
 impl Family {
     /// The family for a `model_type` (config.json) or `general.architecture` (GGUF).
@@ -33,6 +39,7 @@ impl Family {
             "mistral" => Ok(Family::Mistral),
             "qwen2" => Ok(Family::Qwen2),
             "qwen3" => Ok(Family::Qwen3),
+            "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
             other => Err(LoadError::UnsupportedArchitecture(other.to_string())),
         }
     }
@@ -44,8 +51,17 @@ impl Family {
 
     /// Whether each query and key head is RMS-normalized before RoPE.
     pub fn qk_norm(self) -> bool {
-        matches!(self, Family::Qwen3)
+        matches!(self, Family::Qwen3 | Family::Gemma3)
     }
+
+    /// Gemma's block: norms after attention and after the MLP (before each residual sum),
+    /// a GELU-tanh gate, and embeddings scaled by `sqrt(hidden)`.
+    pub fn gemma_block(self) -> bool {
+        matches!(self, Family::Gemma3)
+    }
+
+    /// Gemma 3's default layer pattern: every sixth layer global, the rest windowed.
+    pub const GEMMA3_GLOBAL_EVERY: usize = 6;
 }
 
 /// How rotary position embeddings turn positions into angles.
@@ -113,11 +129,52 @@ pub struct ModelConfig {
     /// Whether query and key heads are RMS-normalized before RoPE (`q_norm`, `k_norm`).
     #[serde(default)]
     pub qk_norm: bool,
+    /// Each layer's sliding window: `Some(W)` where a position attends to the last `W`
+    /// positions (itself included) only, `None` where it attends to all. Empty: every layer
+    /// global.
+    #[serde(default)]
+    pub windows: Vec<Option<usize>>,
+    /// The RoPE base of the window layers, where it differs from [`RopeConfig::theta`]
+    /// (Gemma 3: 10,000 locally, 1,000,000 globally); they are never scaled.
+    #[serde(default)]
+    pub local_rope_theta: Option<f32>,
+    /// Attention scores are scaled by this to the power -1/2 (Gemma's
+    /// `query_pre_attn_scalar`); `head_dim` where `None`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f32>,
+    /// Added to every RMS norm's gain at load: Gemma's checkpoints store `w` for a gain of
+    /// `1 + w`; llama.cpp's converter adds the 1 in GGUF files.
+    #[serde(default)]
+    pub norm_offset: f32,
     /// Longest context the model was trained for.
     pub context_length: usize,
 }
 
 impl ModelConfig {
+    /// Layer `i`'s sliding window, if it has one.
+    pub fn layer_window(&self, i: usize) -> Option<usize> {
+        self.windows.get(i).copied().flatten()
+    }
+
+    /// The attention scale of queries: `query_pre_attn_scalar^-1/2` or `head_dim^-1/2`.
+    pub fn attention_scale(&self) -> f32 {
+        self.query_pre_attn_scalar
+            .unwrap_or(self.head_dim as f32)
+            .powf(-0.5)
+    }
+
+    /// Per-layer windows for a model with `global_every`-periodic global layers (the last of
+    /// each period global) and the rest over `window` tokens.
+    pub fn periodic_windows(
+        layers: usize,
+        window: usize,
+        global_every: usize,
+    ) -> Vec<Option<usize>> {
+        (0..layers)
+            .map(|i| (global_every == 0 || (i + 1) % global_every != 0).then_some(window))
+            .collect()
+    }
+
     /// Parses a Hugging Face `config.json` (as published for Llama, Mistral, Qwen2 and Qwen3).
     pub fn from_hf_json(json: &Value) -> Result<Self, LoadError> {
         let family = Family::from_name(
@@ -171,7 +228,16 @@ impl ModelConfig {
                     .and_then(Value::as_bool)
                     .unwrap_or(false),
             qk_norm: family.qk_norm(),
+            windows: Vec::new(),
+            local_rope_theta: None,
+            query_pre_attn_scalar: None,
+            norm_offset: 0.0,
             context_length: int("max_position_embeddings").unwrap_or(4096),
+        };
+        let config = if family == Family::Gemma3 {
+            gemma3_from_json(config, json)?
+        } else {
+            config
         };
         config.validate()?;
         Ok(config)
@@ -207,6 +273,16 @@ impl ModelConfig {
                 self.num_heads, self.num_kv_heads
             ));
         }
+        if !self.windows.is_empty() && self.windows.len() != self.num_layers {
+            return bad(format!(
+                "{} layer windows for {} layers",
+                self.windows.len(),
+                self.num_layers
+            ));
+        }
+        if self.windows.contains(&Some(0)) {
+            return bad("a sliding window of 0 tokens".into());
+        }
         if !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "head_dim {} is odd; RoPE needs pairs",
@@ -227,6 +303,44 @@ pub fn derived_head_dim(hidden_size: usize, num_heads: usize) -> Result<usize, L
         )));
     }
     Ok(hidden_size / num_heads)
+}
+
+/// Gemma 3's settings beyond Llama's: the layer pattern (`layer_types`, or
+/// `sliding_window_pattern`), the local RoPE base, the query scale, and gains stored as
+/// `w` for `1 + w`.
+fn gemma3_from_json(mut config: ModelConfig, json: &Value) -> Result<ModelConfig, LoadError> {
+    let window = json
+        .get("sliding_window")
+        .and_then(Value::as_u64)
+        .unwrap_or(512) as usize;
+    config.windows = match json.get("layer_types").and_then(Value::as_array) {
+        Some(types) => types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some("sliding_attention") => Ok(Some(window)),
+                Some("full_attention") => Ok(None),
+                other => Err(LoadError::Config(format!(
+                    "layer type {other:?} is not supported (supported: sliding_attention, \
+                     full_attention)"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        None => ModelConfig::periodic_windows(
+            config.num_layers,
+            window,
+            json.get("sliding_window_pattern")
+                .and_then(Value::as_u64)
+                .map_or(Family::GEMMA3_GLOBAL_EVERY, |v| v as usize),
+        ),
+    };
+    let float = |key: &str| json.get(key).and_then(Value::as_f64).map(|v| v as f32);
+    config.local_rope_theta = Some(float("rope_local_base_freq").unwrap_or(10_000.0));
+    config.query_pre_attn_scalar = Some(float("query_pre_attn_scalar").unwrap_or(256.0));
+    config.norm_offset = 1.0;
+    if json.get("rope_theta").is_none() {
+        config.rope.theta = 1_000_000.0;
+    }
+    Ok(config)
 }
 
 fn rope_scaling_from_json(s: &Value) -> Result<RopeScaling, LoadError> {

@@ -318,6 +318,18 @@ impl Ops for HostOps<'_> {
         })
     }
 
+    fn scaled(&self, mut x: HostRows, s: f32) -> Result<HostRows, ModelError> {
+        x.data.iter_mut().for_each(|v| *v *= s);
+        Ok(x)
+    }
+
+    fn gelu_times(&self, mut gate: HostRows, up: &HostRows) -> Result<HostRows, ModelError> {
+        for (g, u) in gate.data.iter_mut().zip(&up.data) {
+            *g = gelu_tanh(*g) * u;
+        }
+        Ok(gate)
+    }
+
     fn silu_times(&self, mut gate: HostRows, up: &HostRows) -> Result<HostRows, ModelError> {
         for (g, u) in gate.data.iter_mut().zip(&up.data) {
             *g = *g / (1.0 + (-*g).exp()) * u;
@@ -413,6 +425,12 @@ impl Ops for HostOps<'_> {
         // the cache takes them.
         Ok(())
     }
+}
+
+/// GELU's tanh approximation, `x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`.
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
 }
 
 /// RMS normalization of each run of `gain`'s length in `data` (a row, or one head's

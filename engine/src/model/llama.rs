@@ -10,8 +10,14 @@
 //! out = h + down_proj(silu(gate_proj(norm2(h))) * up_proj(norm2(h)))
 //! ```
 //!
+//! Gemma 3 adds a norm on the attention's output and on the MLP's before each sum, gates
+//! with GELU-tanh instead of SiLU, scales the embeddings by `sqrt(hidden)`, and gives its
+//! window layers a RoPE base of their own.
+//!
 //! Attention goes through the layer's [`KvCache`], which appends the new keys and values
-//! and attends over everything it holds; grouped-query heads are the cache's business.
+//! and attends over everything it holds (over the last `W` positions in a window layer,
+//! whose cache the model's configuration asks for); grouped-query heads are the cache's
+//! business.
 //!
 //! Each block is written once, over the operations of [`Ops`]; the backend the model was
 //! loaded with decides which implementation runs: MLX's operations (the Mac's GPU path) or
@@ -20,7 +26,7 @@
 
 use mlx_rs::{ops::indexing::IndexOp, Array};
 
-use super::config::ModelConfig;
+use super::config::{ModelConfig, RopeConfig, RopeScaling};
 use super::host_ops::HostOps;
 use super::layers::{Embedding, Linear, RmsNorm};
 use super::mlx_ops::MlxOps;
@@ -46,22 +52,20 @@ struct Attention {
 
 impl Attention {
     fn load(w: &mut Weights, prefix: &str, c: &ModelConfig) -> Result<Self, LoadError> {
+        let norm = |w: &mut Weights, name: &str| norm(w, &format!("{prefix}.{name}"), c);
         Ok(Self {
             q_proj: w.linear(&format!("{prefix}.q_proj"), c.qkv_bias)?,
             k_proj: w.linear(&format!("{prefix}.k_proj"), c.qkv_bias)?,
             v_proj: w.linear(&format!("{prefix}.v_proj"), c.qkv_bias)?,
             o_proj: w.linear(&format!("{prefix}.o_proj"), false)?,
             qk_norm: if c.qk_norm {
-                Some((
-                    w.rms_norm(&format!("{prefix}.q_norm"), c.rms_norm_eps)?,
-                    w.rms_norm(&format!("{prefix}.k_norm"), c.rms_norm_eps)?,
-                ))
+                Some((norm(w, "q_norm")?, norm(w, "k_norm")?))
             } else {
                 None
             },
             n_heads: c.num_heads,
             n_kv_heads: c.num_kv_heads,
-            scale: (c.head_dim as f32).powf(-0.5),
+            scale: c.attention_scale(),
         })
     }
 
@@ -89,37 +93,74 @@ impl Attention {
     }
 }
 
-/// The SwiGLU feed-forward layer.
+/// The gated feed-forward layer: SwiGLU, or GELU-tanh for Gemma.
 struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
     down_proj: Linear,
+    gelu: bool,
 }
 
 impl Mlp {
-    fn load(w: &mut Weights, prefix: &str) -> Result<Self, LoadError> {
+    fn load(w: &mut Weights, prefix: &str, c: &ModelConfig) -> Result<Self, LoadError> {
         Ok(Self {
             gate_proj: w.linear(&format!("{prefix}.gate_proj"), false)?,
             up_proj: w.linear(&format!("{prefix}.up_proj"), false)?,
             down_proj: w.linear(&format!("{prefix}.down_proj"), false)?,
+            gelu: c.family.gemma_block(),
         })
     }
 
     fn forward<O: Ops>(&self, o: &O, x: &O::Rows) -> Result<O::Rows, ModelError> {
         let [gate, up] = o.linears([&self.gate_proj, &self.up_proj], x)?;
-        linear(o, &self.down_proj, &o.silu_times(gate, &up)?)
+        let gated = if self.gelu {
+            o.gelu_times(gate, &up)?
+        } else {
+            o.silu_times(gate, &up)?
+        };
+        linear(o, &self.down_proj, &gated)
     }
 }
 
-/// One pre-norm transformer block.
+/// One pre-norm transformer block; Gemma's also normalizes the attention's and the MLP's
+/// outputs before adding them.
 struct Block {
     input_layernorm: RmsNorm,
     self_attn: Attention,
-    post_attention_layernorm: RmsNorm,
+    post_attention_norm: Option<RmsNorm>,
+    pre_mlp_norm: RmsNorm,
+    post_mlp_norm: Option<RmsNorm>,
     mlp: Mlp,
 }
 
 impl Block {
+    fn load(w: &mut Weights, p: &str, c: &ModelConfig) -> Result<Self, LoadError> {
+        let norm = |w: &mut Weights, name: &str| norm(w, &format!("{p}.{name}"), c);
+        let gemma = c.family.gemma_block();
+        Ok(Block {
+            input_layernorm: norm(w, "input_layernorm")?,
+            self_attn: Attention::load(w, &format!("{p}.self_attn"), c)?,
+            // Llama's `post_attention_layernorm` is the norm before the MLP; Gemma's
+            // normalizes the attention's output, and `pre_feedforward_layernorm` comes
+            // before the MLP.
+            post_attention_norm: gemma
+                .then(|| norm(w, "post_attention_layernorm"))
+                .transpose()?,
+            pre_mlp_norm: norm(
+                w,
+                if gemma {
+                    "pre_feedforward_layernorm"
+                } else {
+                    "post_attention_layernorm"
+                },
+            )?,
+            post_mlp_norm: gemma
+                .then(|| norm(w, "post_feedforward_layernorm"))
+                .transpose()?,
+            mlp: Mlp::load(w, &format!("{p}.mlp"), c)?,
+        })
+    }
+
     fn forward<O: Ops>(
         &self,
         o: &O,
@@ -130,12 +171,31 @@ impl Block {
         let attended =
             self.self_attn
                 .forward(o, &o.rms_norm(&self.input_layernorm, &x)?, rope, cache)?;
+        let attended = match &self.post_attention_norm {
+            Some(norm) => o.rms_norm(norm, &attended)?,
+            None => attended,
+        };
         let h = o.add(x, &attended)?;
-        let mlp = self
-            .mlp
-            .forward(o, &o.rms_norm(&self.post_attention_layernorm, &h)?)?;
+        let mlp = self.mlp.forward(o, &o.rms_norm(&self.pre_mlp_norm, &h)?)?;
+        let mlp = match &self.post_mlp_norm {
+            Some(norm) => o.rms_norm(norm, &mlp)?,
+            None => mlp,
+        };
         o.add(h, &mlp)
     }
+}
+
+/// The RMS norm `{prefix}`, its gain shifted by the configuration's offset (Gemma's
+/// checkpoints store `w` for a gain of `1 + w`).
+fn norm(w: &mut Weights, prefix: &str, c: &ModelConfig) -> Result<RmsNorm, LoadError> {
+    let mut norm = w.rms_norm(prefix, c.rms_norm_eps)?;
+    if c.norm_offset != 0.0 {
+        norm.weight = norm
+            .weight
+            .add(mlx_rs::array!(c.norm_offset).as_dtype(norm.weight.dtype())?)?;
+        norm.weight.eval()?;
+    }
+    Ok(norm)
 }
 
 /// `x W^T + b` for one of the model's linear layers.
@@ -152,6 +212,10 @@ pub struct Llama {
     /// `None` when the output projection is the embedding table (tied embeddings).
     lm_head: Option<Linear>,
     rope: Rope,
+    /// The window layers' RoPE, where their base differs (Gemma 3).
+    local_rope: Option<Rope>,
+    /// Gemma scales the embeddings by `sqrt(hidden)`.
+    embed_scale: Option<f32>,
     /// Where and how it runs; its weights are in the backend's compute dtype.
     backend: Backend,
 }
@@ -162,19 +226,7 @@ impl Llama {
     pub fn load(config: ModelConfig, w: &mut Weights) -> Result<Self, LoadError> {
         config.validate()?;
         let layers = (0..config.num_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                Ok(Block {
-                    input_layernorm: w
-                        .rms_norm(&format!("{p}.input_layernorm"), config.rms_norm_eps)?,
-                    self_attn: Attention::load(w, &format!("{p}.self_attn"), &config)?,
-                    post_attention_layernorm: w.rms_norm(
-                        &format!("{p}.post_attention_layernorm"),
-                        config.rms_norm_eps,
-                    )?,
-                    mlp: Mlp::load(w, &format!("{p}.mlp"))?,
-                })
-            })
+            .map(|i| Block::load(w, &format!("model.layers.{i}"), &config))
             .collect::<Result<Vec<_>, LoadError>>()?;
         // Tied embeddings are decided by the checkpoint itself: configs disagree on the
         // default of `tie_word_embeddings`, tensors do not.
@@ -183,10 +235,24 @@ impl Llama {
         } else {
             None
         };
+        let local_rope = config.local_rope_theta.map(|theta| {
+            let local = RopeConfig {
+                theta,
+                scaling: RopeScaling::None,
+                traditional: config.rope.traditional,
+            };
+            Rope::new(&local, config.head_dim)
+        });
         Ok(Self {
             rope: Rope::new(&config.rope, config.head_dim),
+            local_rope,
+            // llama.cpp's scale, in float32 (mlx-lm rounds it to bfloat16 first).
+            embed_scale: config
+                .family
+                .gemma_block()
+                .then(|| (config.hidden_size as f32).sqrt()),
             embed_tokens: w.embedding("model.embed_tokens")?,
-            norm: w.rms_norm("model.norm", config.rms_norm_eps)?,
+            norm: norm(w, "model.norm", &config)?,
             layers,
             lm_head,
             config,
@@ -255,8 +321,15 @@ impl Llama {
         caches: &mut [Box<dyn KvCache>],
     ) -> Result<Array, ModelError> {
         let mut h = o.embed(&self.embed_tokens, tokens)?;
+        if let Some(scale) = self.embed_scale {
+            h = o.scaled(h, scale)?;
+        }
         for (i, (layer, cache)) in self.layers.iter().zip(caches.iter_mut()).enumerate() {
-            h = layer.forward(o, h, &self.rope, cache.as_mut())?;
+            let rope = match (&self.local_rope, self.config.layer_window(i)) {
+                (Some(local), Some(_)) => local,
+                _ => &self.rope,
+            };
+            h = layer.forward(o, h, rope, cache.as_mut())?;
             o.check(&h, &|| format!("the hidden states after block {i}"))?;
         }
         o.array_of(o.rms_norm(&self.norm, &h)?)

@@ -5,7 +5,7 @@
 //! Every array made is checked against the GPU-stream rules ([`crate::gpu_rules`]) where
 //! the backend is guarded.
 
-use mlx_rs::{fast, nn::silu, ops, Array};
+use mlx_rs::{fast, nn::silu, ops, Array, Dtype};
 
 use super::layers::{Embedding, Matrix, RmsNorm};
 use super::ops::{Ops, Tokens};
@@ -127,8 +127,41 @@ impl Ops for MlxOps<'_> {
         self.checked("the MLP's gated product", silu(gate)?.multiply(up)?)
     }
 
+    /// In float16 the sum is taken in float32 and clipped to float16's range: Gemma's
+    /// residual stream grows past 65,504, where a float16 sum would be infinite (mlx-lm
+    /// clips the same way). Elsewhere the result is the float16 sum, rounded once.
     fn add(&self, x: Array, y: &Array) -> Result<Array, ModelError> {
-        self.checked("a residual sum", x.add(y)?)
+        let sum = if x.dtype() == Dtype::Float16 {
+            let max = f32::from(half::f16::MAX);
+            ops::clip(
+                &x.as_dtype(Dtype::Float32)?
+                    .add(y.as_dtype(Dtype::Float32)?)?,
+                (&Array::from_f32(-max), &Array::from_f32(max)),
+            )?
+            .as_dtype(Dtype::Float16)?
+        } else {
+            x.add(y)?
+        };
+        self.checked("a residual sum", sum)
+    }
+
+    fn scaled(&self, x: Array, s: f32) -> Result<Array, ModelError> {
+        let s = Array::from_f32(s).as_dtype(x.dtype())?;
+        self.checked("scaled embeddings", x.multiply(&s)?)
+    }
+
+    /// Scalars in the input's dtype, so that float16 stays float16.
+    fn gelu_times(&self, gate: Array, up: &Array) -> Result<Array, ModelError> {
+        let dtype = gate.dtype();
+        let c = |v: f32| Array::from_f32(v).as_dtype(dtype);
+        let cube = gate.multiply(&gate)?.multiply(&gate)?;
+        let inner = gate
+            .add(cube.multiply(c(0.044_715)?)?)?
+            .multiply(c(0.797_884_6)?)?;
+        let gelu = gate
+            .multiply(c(0.5)?)?
+            .multiply(ops::tanh(&inner)?.add(c(1.0)?)?)?;
+        self.checked("the MLP's gated product", gelu.multiply(up)?)
     }
 
     fn split_heads(&self, x: Array, heads: usize) -> Result<Array, ModelError> {
@@ -189,7 +222,6 @@ mod tests {
     use crate::model::config::{RopeConfig, RopeScaling};
     use crate::model::layers::{Linear, Quantization};
     use crate::model::rope::{base_periods, llama3_periods};
-    use mlx_rs::Dtype;
 
     fn values(a: &Array) -> Vec<f32> {
         let a = a.as_dtype(Dtype::Float32).unwrap();

@@ -78,6 +78,12 @@ pub(super) trait Ops {
     /// RMS normalization of each head's vector (`[heads, L, D]`, the gain `[D]`).
     fn head_norm(&self, norm: &RmsNorm, x: Self::Heads) -> Result<Self::Heads, ModelError>;
 
+    /// `x * s`.
+    fn scaled(&self, x: Self::Rows, s: f32) -> Result<Self::Rows, ModelError>;
+
+    /// `gelu_tanh(gate) * up`, GELU's tanh approximation.
+    fn gelu_times(&self, gate: Self::Rows, up: &Self::Rows) -> Result<Self::Rows, ModelError>;
+
     /// `silu(gate) * up`.
     fn silu_times(&self, gate: Self::Rows, up: &Self::Rows) -> Result<Self::Rows, ModelError>;
 

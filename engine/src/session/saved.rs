@@ -136,6 +136,20 @@ pub fn restore(
         ))
         .into());
     }
+    let windows: Vec<usize> = (0..info.config.num_layers)
+        .map(|i| info.config.layer_window(i).unwrap_or(0))
+        .collect();
+    let file_windows = if loaded.header.windows.is_empty() {
+        vec![0; loaded.header.layers]
+    } else {
+        loaded.header.windows.clone()
+    };
+    if file_windows != windows {
+        return Err(CacheFileError::Corrupt(format!(
+            "the cache's layer windows {file_windows:?} are not the model's {windows:?}"
+        ))
+        .into());
+    }
     let index = prefix::choose_for(slots, conversation, max_slots);
     let mut slot = Slot::new(choice, loaded.caches);
     slot.tokens = tokens;

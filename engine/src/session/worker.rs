@@ -214,9 +214,9 @@ impl Worker {
             Some(id) => prefix::choose_for(&self.slots, id, max),
             None => prefix::choose(&self.slots, choice, prompt, max),
         };
-        let layers = self.loaded.model.config().num_layers;
+        let model = self.loaded.model.config();
         if index == self.slots.len() {
-            let caches = choice.make_layers(layers, self.loaded.model.backend());
+            let caches = choice.make_layers(model, self.loaded.model.backend());
             self.slots.push(Slot::new(choice, caches));
         }
         let slot = &mut self.slots[index];
@@ -226,7 +226,7 @@ impl Worker {
         if slot.choice != choice {
             slot.rebuild(
                 choice,
-                choice.make_layers(layers, self.loaded.model.backend()),
+                choice.make_layers(model, self.loaded.model.backend()),
             );
         }
         slot.conversation = conversation;

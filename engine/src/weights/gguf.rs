@@ -143,7 +143,33 @@ impl Gguf {
             },
             qkv_bias: family.qkv_bias(),
             qk_norm: family.qk_norm(),
+            windows: Vec::new(),
+            local_rope_theta: None,
+            query_pre_attn_scalar: None,
+            // llama.cpp's converter stores Gemma's gains as `1 + w` already.
+            norm_offset: 0.0,
             context_length: self.number(&key("context_length"))?.unwrap_or(4096.0) as usize,
+        };
+        let config = if family == Family::Gemma3 {
+            // llama.cpp's own constants for the architecture: the pattern and local base
+            // are not in the file. Its query scale is `head_dim^-1/2`, which is
+            // `query_pre_attn_scalar` in every published Gemma 3 but the 27B.
+            let window = self
+                .number(&key("attention.sliding_window"))?
+                .ok_or_else(|| {
+                    LoadError::Config("a gemma3 GGUF without attention.sliding_window".into())
+                })? as usize;
+            ModelConfig {
+                windows: ModelConfig::periodic_windows(
+                    config.num_layers,
+                    window,
+                    Family::GEMMA3_GLOBAL_EVERY,
+                ),
+                local_rope_theta: Some(10_000.0),
+                ..config
+            }
+        } else {
+            config
         };
         config.validate()?;
         Ok(config)
@@ -215,7 +241,7 @@ impl Gguf {
                 config.rope.scaling = RopeScaling::Factors(tensor.values());
                 continue;
             }
-            let Some(hf) = hf_name(&info.name) else {
+            let Some(hf) = hf_name(&info.name, config.family) else {
                 return Err(LoadError::Weights(format!(
                     "unexpected GGUF tensor {:?}: not part of a Llama-family model",
                     info.name
@@ -267,8 +293,9 @@ impl Gguf {
 }
 
 /// Maps llama.cpp's tensor names to Hugging Face's (`blk.3.attn_q.scales` to
-/// `model.layers.3.self_attn.q_proj.scales`).
-fn hf_name(gguf: &str) -> Option<String> {
+/// `model.layers.3.self_attn.q_proj.scales`). Gemma's norms after attention and after the
+/// MLP have names of their own; its `ffn_norm` is Hugging Face's `pre_feedforward_layernorm`.
+fn hf_name(gguf: &str, family: Family) -> Option<String> {
     let (base, suffix) = gguf.rsplit_once('.')?;
     let module = match base {
         "token_embd" => "model.embed_tokens".to_string(),
@@ -280,7 +307,10 @@ fn hf_name(gguf: &str) -> Option<String> {
             let layer: usize = layer.parse().ok()?;
             let part = match part {
                 "attn_norm" => "input_layernorm",
+                "ffn_norm" if family.gemma_block() => "pre_feedforward_layernorm",
                 "ffn_norm" => "post_attention_layernorm",
+                "post_attention_norm" => "post_attention_layernorm",
+                "post_ffw_norm" => "post_feedforward_layernorm",
                 "attn_q" => "self_attn.q_proj",
                 "attn_k" => "self_attn.k_proj",
                 "attn_v" => "self_attn.v_proj",
@@ -305,7 +335,11 @@ pub(crate) fn ids(values: &[f64]) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::hf_name;
+    use super::{hf_name as name_in, Family};
+
+    fn hf_name(gguf: &str) -> Option<String> {
+        name_in(gguf, Family::Llama)
+    }
 
     #[test]
     fn gguf_names_map_to_hugging_face_names() {
@@ -327,5 +361,18 @@ mod tests {
             Some("model.layers.0.self_attn.q_proj.bias")
         );
         assert_eq!(hf_name("blk.0.ssm_conv.weight"), None);
+        // Llama's only norm before the MLP, Gemma's first of two.
+        assert_eq!(
+            hf_name("blk.1.ffn_norm.weight").as_deref(),
+            Some("model.layers.1.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            name_in("blk.1.ffn_norm.weight", Family::Gemma3).as_deref(),
+            Some("model.layers.1.pre_feedforward_layernorm.weight")
+        );
+        assert_eq!(
+            name_in("blk.1.post_attention_norm.weight", Family::Gemma3).as_deref(),
+            Some("model.layers.1.post_attention_layernorm.weight")
+        );
     }
 }
