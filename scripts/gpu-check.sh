@@ -5,7 +5,7 @@
 # toolchain and no network, and takes at most 64 MiB per call, so everything is built and
 # packed here and carried over in parts.
 #
-#   scripts/gpu-check.sh prepare   here: builds the release test binaries (tiny_models,
+#   scripts/gpu-check.sh prepare   here: builds the release test binaries (tiny_models, prompt_chunks,
 #                                  decode_loop, mac_path), fetches MLX's CUDA library and
 #                                  headers (PyPI mlx-cuda-13), packs them with the offline
 #                                  model into .gpu/part-*
@@ -30,7 +30,7 @@ GPU="$ROOT/.gpu"
 MLX_VERSION=0.32.2
 PART_BYTES=$((58 * 1024 * 1024))
 # In the order they run: the longest last, so that a call cut at its time limit loses least.
-TESTS=(tiny_models decode_loop mac_path)
+TESTS=(tiny_models prompt_chunks decode_loop mac_path)
 BACKEND=${KIVI_GPU_BACKEND:-mlx-gpu-f16}
 
 say() { printf '\033[1;36m[gpu-check]\033[0m %s\n' "$*"; }

@@ -18,6 +18,15 @@ pub struct KvStats {
     pub tokens_until_flush: usize,
     /// `held_bytes / fp16_bytes` (1 for an empty cache).
     pub compression: f64,
+    /// The sliding-window layers alone (Gemma 3's local layers, whose caches hold their
+    /// newest positions in full precision whatever the setting): bytes summed, tokens the
+    /// largest, `window` their window; all zero for a model without window layers. `total`
+    /// counts them too.
+    #[serde(default)]
+    pub window_layers: LayerKvStats,
+    /// How many layers are window layers.
+    #[serde(default)]
+    pub window_layer_count: usize,
     /// One entry per layer.
     pub layers: Vec<LayerKvStats>,
 }
@@ -26,16 +35,13 @@ impl KvStats {
     /// Reads every layer's accounting.
     pub fn from_caches(caches: &[Box<dyn KvCache>]) -> Self {
         let layers: Vec<LayerKvStats> = caches.iter().map(|c| c.stats()).collect();
-        let mut total = LayerKvStats::default();
-        for l in &layers {
-            total.tokens = total.tokens.max(l.tokens);
-            total.quantized_tokens = total.quantized_tokens.max(l.quantized_tokens);
-            total.sink_tokens = total.sink_tokens.max(l.sink_tokens);
-            total.residual_tokens = total.residual_tokens.max(l.residual_tokens);
-            total.residual_capacity = total.residual_capacity.max(l.residual_capacity);
-            total.fp16_bytes += l.fp16_bytes;
-            total.held_bytes += l.held_bytes;
-        }
+        // The window of the whole is no window: each kind's is in its own figures.
+        let total = LayerKvStats {
+            window: 0,
+            ..sum(layers.iter())
+        };
+        let windowed = || layers.iter().filter(|l| l.window > 0);
+        let window_layers = sum(windowed());
         let tokens_until_flush = layers
             .iter()
             .filter(|l| l.residual_capacity > 0)
@@ -51,9 +57,28 @@ impl KvStats {
             total,
             tokens_until_flush,
             compression,
+            window_layers,
+            window_layer_count: windowed().count(),
             layers,
         }
     }
+}
+
+/// Layers together: bytes summed, token counts and the window the largest (every layer of
+/// one kind holds the same positions).
+fn sum<'a>(layers: impl Iterator<Item = &'a LayerKvStats>) -> LayerKvStats {
+    let mut total = LayerKvStats::default();
+    for l in layers {
+        total.tokens = total.tokens.max(l.tokens);
+        total.quantized_tokens = total.quantized_tokens.max(l.quantized_tokens);
+        total.sink_tokens = total.sink_tokens.max(l.sink_tokens);
+        total.residual_tokens = total.residual_tokens.max(l.residual_tokens);
+        total.residual_capacity = total.residual_capacity.max(l.residual_capacity);
+        total.window = total.window.max(l.window);
+        total.fp16_bytes += l.fp16_bytes;
+        total.held_bytes += l.held_bytes;
+    }
+    total
 }
 
 /// Memory as the operating system sees it.
@@ -160,6 +185,35 @@ mod tests {
     use super::*;
     use crate::cache::FullCache;
     use mlx_rs::Array;
+
+    #[test]
+    fn window_layers_are_summed_apart_and_counted_in_the_total() {
+        let mut caches: Vec<Box<dyn KvCache>> = vec![
+            Box::new(crate::cache::WindowCache::new(2, &Backend::HOST)),
+            Box::new(FullCache::new(Backend::HOST)),
+            Box::new(crate::cache::WindowCache::new(2, &Backend::HOST)),
+        ];
+        let q = Array::zeros::<f32>(&[1, 2, 300, 4]).unwrap();
+        let kv = Array::zeros::<f32>(&[1, 1, 300, 4]).unwrap();
+        for c in caches.iter_mut() {
+            c.attend(&q, &kv, &kv, 0.5).unwrap().eval().unwrap();
+        }
+        let stats = KvStats::from_caches(&caches);
+        let layers: Vec<LayerKvStats> = caches.iter().map(|c| c.stats()).collect();
+        assert_eq!(stats.window_layer_count, 2);
+        // A window of 2 holds its last position and the slack.
+        assert_eq!(stats.window_layers.tokens, 1 + crate::cache::TRUNCATE_SLACK);
+        assert_eq!(stats.window_layers.window, 2);
+        assert_eq!(
+            stats.window_layers.held_bytes,
+            layers[0].held_bytes + layers[2].held_bytes
+        );
+        assert_eq!(
+            stats.total.held_bytes,
+            layers.iter().map(|l| l.held_bytes).sum::<u64>()
+        );
+        assert_eq!((stats.total.tokens, stats.total.window), (300, 0));
+    }
 
     #[test]
     fn kv_stats_sum_real_cache_buffers() {

@@ -38,6 +38,13 @@ pub struct CacheRecord {
     pub fp16_bytes: u64,
     /// What it really holds.
     pub held_bytes: u64,
+    /// Layers over a sliding window (their caches hold the newest positions in full
+    /// precision whatever the settings); 0 for most models.
+    pub window_layers: u64,
+    /// Positions each window layer holds.
+    pub window_tokens: u64,
+    /// The part of `held_bytes` the window layers hold.
+    pub window_held_bytes: u64,
 }
 
 impl CacheRecord {
@@ -53,6 +60,9 @@ impl CacheRecord {
             tokens_until_flush: kv.tokens_until_flush as u64,
             fp16_bytes: kv.total.fp16_bytes,
             held_bytes: kv.total.held_bytes,
+            window_layers: kv.window_layer_count as u64,
+            window_tokens: kv.window_layers.tokens as u64,
+            window_held_bytes: kv.window_layers.held_bytes,
         }
     }
 }
@@ -249,6 +259,7 @@ mod tests {
             tokens_until_flush: 23,
             compression: 0.3,
             layers: vec![layer],
+            ..KvStats::default()
         };
         let config = CacheSettings {
             sinks: 4,
@@ -282,6 +293,9 @@ mod tests {
             tokens_until_flush: 149,
             fp16_bytes: 100,
             held_bytes: 200,
+            window_layers: 0,
+            window_tokens: 0,
+            window_held_bytes: 0,
         };
         caches.set("1", r);
         caches.set("2", r);

@@ -163,6 +163,9 @@ impl LiveStats {
             tokens_until_flush: window.until_flush,
             kv_fp16_bytes: record.map_or(0, |r| r.fp16_bytes),
             kv_held_bytes: record.map_or(0, |r| r.held_bytes),
+            window_layers: record.map_or(0, |r| r.window_layers),
+            window_tokens: record.map_or(0, |r| r.window_tokens),
+            kv_window_held_bytes: record.map_or(0, |r| r.window_held_bytes),
             decode_tokens_per_sec: live.decode_tokens_per_sec,
             prefill_tokens_per_sec: live.prefill_tokens_per_sec,
             ttft_ms: live.ttft_ms,
@@ -230,6 +233,9 @@ mod tests {
                 tokens_until_flush: 19,
                 fp16_bytes: 1000,
                 held_bytes: 300,
+                window_layers: 0,
+                window_tokens: 0,
+                window_held_bytes: 0,
             }),
             Phase::Prefill,
         );
@@ -261,6 +267,9 @@ mod tests {
                 tokens_until_flush: 23,
                 fp16_bytes: 1000,
                 held_bytes: 310,
+                window_layers: 0,
+                window_tokens: 0,
+                window_held_bytes: 0,
             }),
         );
         let s = live.snapshot(4096, Backend::HOST);
@@ -293,6 +302,9 @@ mod tests {
                 tokens_until_flush: 0,
                 fp16_bytes: 10,
                 held_bytes: 20,
+                window_layers: 0,
+                window_tokens: 0,
+                window_held_bytes: 0,
             }),
         );
         assert_eq!(
@@ -314,6 +326,9 @@ mod tests {
                 tokens_until_flush: 0,
                 fp16_bytes: 10,
                 held_bytes: 20,
+                window_layers: 0,
+                window_tokens: 0,
+                window_held_bytes: 0,
             }),
         );
         let s = live.snapshot(4096, Backend::HOST);
@@ -355,6 +370,7 @@ mod tests {
                 tokens_until_flush: 31,
                 compression: 0.375,
                 layers: vec![layer],
+                ..KvStats::default()
             },
             memory: MemoryStats::default(),
             backend: Backend::HOST,

@@ -139,6 +139,12 @@ pub struct StatsSnapshot {
     pub kv_fp16_bytes: u64,
     /// What the cache really holds.
     pub kv_held_bytes: u64,
+    /// Layers attending over a sliding window (Gemma 3's local layers); 0 for most models.
+    pub window_layers: u64,
+    /// Positions each window layer holds: its window and a slack, in full precision.
+    pub window_tokens: u64,
+    /// The part of `kv_held_bytes` the window layers hold.
+    pub kv_window_held_bytes: u64,
     /// Current or last generation.
     pub decode_tokens_per_sec: Option<f64>,
     /// Current or last prefill.

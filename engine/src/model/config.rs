@@ -177,11 +177,17 @@ impl ModelConfig {
 
     /// Parses a Hugging Face `config.json` (as published for Llama, Mistral, Qwen2 and Qwen3).
     pub fn from_hf_json(json: &Value) -> Result<Self, LoadError> {
-        let family = Family::from_name(
-            json.get("model_type")
-                .and_then(Value::as_str)
-                .ok_or_else(|| LoadError::Config("config.json has no model_type".into()))?,
-        )?;
+        let model_type = json
+            .get("model_type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| LoadError::Config("config.json has no model_type".into()))?;
+        // Gemma 3 4B and larger wrap the text model in an image-and-text one.
+        if json.get("text_config").is_some() {
+            return Err(LoadError::UnsupportedArchitecture(format!(
+                "{model_type} (image and text)"
+            )));
+        }
+        let family = Family::from_name(model_type)?;
         let int = |key: &str| -> Result<usize, LoadError> {
             json.get(key)
                 .and_then(Value::as_u64)
@@ -413,6 +419,36 @@ mod tests {
         json["model_type"] = "qwen3".into();
         let qwen3 = ModelConfig::from_hf_json(&json).unwrap();
         assert!(qwen3.qk_norm && !qwen3.qkv_bias);
+        // Gemma 3 text: five window layers of six unless `layer_types` says otherwise.
+        json["model_type"] = "gemma3_text".into();
+        json["num_hidden_layers"] = 6.into();
+        let gemma = ModelConfig::from_hf_json(&json).unwrap();
+        assert_eq!(
+            gemma.windows,
+            [Some(512); 5].into_iter().chain([None]).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            (gemma.norm_offset, gemma.attention_scale()),
+            (1.0, 256f32.powf(-0.5))
+        );
+        json["layer_types"] = serde_json::json!([
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention"
+        ]);
+        json["sliding_window"] = 1024.into();
+        let gemma = ModelConfig::from_hf_json(&json).unwrap();
+        assert_eq!(
+            gemma.windows,
+            [None, Some(1024), None, Some(1024), None, Some(1024)]
+        );
+        json["text_config"] = serde_json::json!({});
+        json["model_type"] = "gemma3".into();
+        let err = ModelConfig::from_hf_json(&json).unwrap_err().to_string();
+        assert!(err.contains("gemma3 (image and text)"), "{err}");
         json["model_type"] = "llama".into();
         json["num_key_value_heads"] = 3.into();
         assert!(ModelConfig::from_hf_json(&json).is_err());

@@ -298,6 +298,13 @@ export interface StatsSnapshot {
   kvFp16Bytes: number;
   /** What the cache really holds: packed data + scales + zeros + residual, all layers. */
   kvHeldBytes: number;
+  /** Layers attending over a sliding window (Gemma 3's local layers), whose caches hold their
+   * newest positions in full precision whatever the settings; 0 for most models. */
+  windowLayers: number;
+  /** Positions each window layer holds (its window and a slack). */
+  windowTokens: number;
+  /** The part of kvHeldBytes the window layers hold. */
+  kvWindowHeldBytes: number;
   decodeTokensPerSec: number | null;
   prefillTokensPerSec: number | null;
   ttftMs: number | null;

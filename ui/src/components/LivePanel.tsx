@@ -176,6 +176,18 @@ export function LivePanel() {
             )}
             <span data-testid="stat-window">{formatCount(s?.residualTokens ?? 0)} full precision</span>
           </div>
+          {s && s.windowLayers > 0 && (
+            <div
+              class="block-foot muted small"
+              data-testid="stat-window-layers"
+              title="Layers that attend over a sliding window keep their newest tokens in full precision, whatever the cache setting; the setting applies to the other layers."
+            >
+              <span>
+                {s.windowLayers} window layers · {formatCount(s.windowTokens)} tokens each
+              </span>
+              <span>{formatBytes(s.kvWindowHeldBytes)} of the held bytes</span>
+            </div>
+          )}
           {s?.diskCache && <DiskCacheLine d={s.diskCache} />}
         </div>
 

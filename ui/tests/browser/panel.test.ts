@@ -35,6 +35,9 @@ function snapshot(t: number, patch: Partial<StatsSnapshot>): StatsSnapshot {
     tokensUntilFlush: 59,
     kvFp16Bytes: 100 * MiB,
     kvHeldBytes: 20 * MiB,
+    windowLayers: 0,
+    windowTokens: 0,
+    kvWindowHeldBytes: 0,
     decodeTokensPerSec: 31.4,
     prefillTokensPerSec: 1520,
     ttftMs: 287,
@@ -91,6 +94,8 @@ describe("live panel", () => {
     expect(await page.getAttribute(tid("residual-meter"), "aria-valuenow")).toBe("81");
     expect(Number(await page.getAttribute(tid("kv-chart"), "data-samples"))).toBe(samples0 + 1);
     expect(await page.getAttribute(tid("kv-chart"), "aria-label")).toMatch(/20.5 MiB held, 106 MiB in fp16, ratio 5.17×/);
+    // A model without window layers shows no window-layer line.
+    expect(await page.locator(tid("stat-window-layers")).count()).toBe(0);
 
     // The canvas really has something drawn on it.
     const painted = await page.evaluate(() => {
@@ -101,6 +106,22 @@ describe("live panel", () => {
       return n;
     });
     expect(painted).toBeGreaterThan(500);
+  });
+
+  it("shows a model's sliding-window layers apart from the layers the setting quantizes", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.autoStats = false;
+    });
+    // Gemma 3 270M after 1,000 tokens: 15 window layers of 512 tokens (767 held each).
+    await page.evaluate(
+      (s) => window.__kiviMock.emit("stats", s),
+      snapshot(Date.now() + 10_000, { windowLayers: 15, windowTokens: 767, kvWindowHeldBytes: 11.2 * MiB, kvHeldBytes: 12 * MiB }),
+    );
+    await page.waitForSelector(tid("stat-window-layers"));
+    expect(await text(app, "stat-window-layers")).toBe("15 window layers · 767 tokens each11.2 MiB of the held bytes");
+    expect(await text(app, "stat-held-bytes")).toBe("12.0 MiB");
   });
 
   it("explains full precision mode (no residual window)", async () => {
