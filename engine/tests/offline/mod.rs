@@ -19,39 +19,30 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The offline SmolLM2-135M-Instruct GGUF; panics with the fix when it is absent.
+/// An offline model file under `.data/models`; panics with the fix when it is absent.
+fn offline_model(file: &str) -> PathBuf {
+    let path = workspace_root().join(".data/models").join(file);
+    assert!(
+        path.is_file(),
+        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
+        path.display()
+    );
+    path
+}
+
+/// The offline SmolLM2-135M-Instruct GGUF.
 pub fn smollm2_path() -> PathBuf {
-    let path = workspace_root().join(".data/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
-        path.display()
-    );
-    path
+    offline_model("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
-/// The offline Qwen2.5-Coder-0.5B-Instruct GGUF (Q4_K_M); panics with the fix when it is
-/// absent.
+/// The offline Qwen2.5-Coder-0.5B-Instruct GGUF (Q4_K_M).
 pub fn qwen25_path() -> PathBuf {
-    let path = workspace_root().join(".data/models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
-    assert!(
-        path.is_file(),
-        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
-        path.display()
-    );
-    path
+    offline_model("Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf")
 }
 
-/// The offline Gemma 3 270M GGUF (Q4_K_M, a SentencePiece vocabulary); panics with the fix
-/// when it is absent.
+/// The offline Gemma 3 270M GGUF (Q4_K_M, a SentencePiece vocabulary, window layers).
 pub fn gemma3_path() -> PathBuf {
-    let path = workspace_root().join(".data/models/gemma-3-270m-Q4_K_M.gguf");
-    assert!(
-        path.is_file(),
-        "offline model missing at {}: run `scripts/setup.sh data` to fetch it",
-        path.display()
-    );
-    path
+    offline_model("gemma-3-270m-Q4_K_M.gguf")
 }
 
 /// An engine on the offline model with the given options tweaks.
