@@ -205,32 +205,43 @@ async fn the_kv_cache_of_the_context_counts_and_kivi_makes_it_fit() {
 
 #[tokio::test]
 async fn the_kv_estimate_matches_the_real_buffers() {
-    let dir = tiny_copy_of("tiny-mistral", 4096);
-    let engine = Engine::load(options(&dir)).await.unwrap();
-    // Tiny Mistral: 2 layers, 2 KV heads, head_dim 32; float32 on the CPU.
-    let shape = KvShape {
-        layers: 2,
-        kv_heads: 2,
-        head_dim: 32,
-    };
-    for cache in [
-        CacheConfig::Full,
-        CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 32).unwrap()),
-        CacheConfig::Kivi(KiviConfig::new(4, 2, 64, 128).unwrap()),
+    for (fixture, shape) in [
+        // Tiny Mistral: 2 layers, 2 KV heads, head_dim 32; float32 on the CPU.
+        ("tiny-mistral", KvShape::global(2, 2, 32)),
+        // Tiny Gemma 3: 2 of its 4 layers over an 8-token window.
+        (
+            "tiny-gemma3",
+            KvShape {
+                window_layers: 2,
+                window: 8,
+                ..KvShape::global(4, 2, 32)
+            },
+        ),
     ] {
-        let mut generation = engine.generate(request("x".repeat(700), 30, Some(cache)));
-        let stats = loop {
-            match generation.next().await.unwrap() {
-                Event::Done { stats, .. } => break stats,
-                Event::Error { message } => panic!("{message}"),
-                _ => {}
-            }
-        };
-        let tokens = stats.kv.total.tokens;
-        let estimate = budget::kv_cache_bytes(shape, tokens, &cache, &Backend::HOST);
-        let held = stats.kv.total.held_bytes;
-        println!("{cache}: {tokens} tokens, estimate {estimate} B, held {held} B");
-        let error = (estimate as f64 - held as f64).abs() / held as f64;
-        assert!(error < 0.05, "{cache}: estimate {estimate} vs held {held}");
+        let dir = tiny_copy_of(fixture, 4096);
+        let engine = Engine::load(options(&dir)).await.unwrap();
+        for cache in [
+            CacheConfig::Full,
+            CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 32).unwrap()),
+            CacheConfig::Kivi(KiviConfig::new(4, 2, 64, 128).unwrap()),
+        ] {
+            let mut generation = engine.generate(request("x".repeat(700), 30, Some(cache)));
+            let stats = loop {
+                match generation.next().await.unwrap() {
+                    Event::Done { stats, .. } => break stats,
+                    Event::Error { message } => panic!("{message}"),
+                    _ => {}
+                }
+            };
+            let tokens = stats.kv.total.tokens;
+            let estimate = budget::kv_cache_bytes(shape, tokens, &cache, &Backend::HOST);
+            let held = stats.kv.total.held_bytes;
+            println!("{fixture}, {cache}: {tokens} tokens, estimate {estimate} B, held {held} B");
+            let error = (estimate as f64 - held as f64).abs() / held as f64;
+            assert!(
+                error < 0.05,
+                "{fixture}, {cache}: estimate {estimate} vs held {held}"
+            );
+        }
     }
 }

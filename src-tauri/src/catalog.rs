@@ -26,11 +26,7 @@ pub const BUILTIN_NAME: &str = "SmolLM2 135M Instruct (Q4_1)";
 /// Its context (from its GGUF metadata).
 pub const BUILTIN_CONTEXT: u64 = 8192;
 /// Its shape, for the memory estimate: layers, KV heads, head dim.
-const BUILTIN_SHAPE: Shape = Shape {
-    layers: 30,
-    kv_heads: 3,
-    head_dim: 64,
-};
+const BUILTIN_SHAPE: Shape = Shape::global(30, 3, 64);
 
 /// The recommended hub models: id, display name, maximum context. Current 4-bit MLX models
 /// of the supported families, in sizes for 8, 16 and 32 GB Macs (Qwen3's config gives
@@ -46,26 +42,8 @@ pub const RECOMMENDED: [(&str, &str, u64); 4] = [
     ),
 ];
 
-/// What decides a KV cache's size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    /// Transformer layers.
-    pub layers: u64,
-    /// Key/value heads.
-    pub kv_heads: u64,
-    /// Channels per head.
-    pub head_dim: u64,
-}
-
-impl Shape {
-    fn of(config: &ModelConfig) -> Self {
-        Shape {
-            layers: config.num_layers as u64,
-            kv_heads: config.num_kv_heads as u64,
-            head_dim: config.head_dim as u64,
-        }
-    }
-}
+/// What decides a KV cache's size: the engine's own description (window layers included).
+pub use kivi_engine::budget::KvShape as Shape;
 
 /// What is known of a hub model.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,11 +88,6 @@ impl Catalog {
 /// Bytes of a KV cache of `tokens` tokens with these settings, as the engine holds it on
 /// the backend they choose.
 pub fn kv_cache_bytes(shape: Shape, tokens: u64, settings: &Settings) -> u64 {
-    let shape = budget::KvShape {
-        layers: shape.layers as usize,
-        kv_heads: shape.kv_heads as usize,
-        head_dim: shape.head_dim as usize,
-    };
     budget::kv_cache_bytes(
         shape,
         tokens as usize,

@@ -82,6 +82,37 @@ pub struct KvShape {
     pub kv_heads: usize,
     /// Channels per head.
     pub head_dim: usize,
+    /// Of `layers`, those attending over a sliding window (their caches hold at most
+    /// [`WindowCache::capacity`](crate::cache::WindowCache::capacity) positions, in full
+    /// precision, whatever the setting).
+    pub window_layers: usize,
+    /// Their window, in positions.
+    pub window: usize,
+}
+
+impl KvShape {
+    /// The shape of a model whose every layer attends to every position.
+    pub const fn global(layers: usize, kv_heads: usize, head_dim: usize) -> Self {
+        Self {
+            layers,
+            kv_heads,
+            head_dim,
+            window_layers: 0,
+            window: 0,
+        }
+    }
+
+    /// The shape of `config`'s caches.
+    pub fn of(config: &ModelConfig) -> Self {
+        let windows: Vec<usize> = (0..config.num_layers)
+            .filter_map(|i| config.layer_window(i))
+            .collect();
+        Self {
+            window_layers: windows.len(),
+            window: windows.iter().copied().max().unwrap_or(0),
+            ..Self::global(config.num_layers, config.num_kv_heads, config.head_dim)
+        }
+    }
 }
 
 /// Bytes of one model's KV caches holding `tokens` positions on `backend`: a full cache
@@ -127,7 +158,17 @@ pub fn kv_cache_bytes(
             keys + values + 2 * residual * d * dtype_bytes
         }
     };
-    per_head * (shape.layers * shape.kv_heads) as u64
+    let global = shape.layers.saturating_sub(shape.window_layers);
+    let window_bytes = if shape.window_layers > 0 {
+        let held = tokens.min(shape.window.max(1) - 1 + crate::cache::TRUNCATE_SLACK) as u64;
+        2 * held
+            * d
+            * bytes(backend.full_cache_dtype())
+            * (shape.window_layers * shape.kv_heads) as u64
+    } else {
+        0
+    };
+    per_head * (global * shape.kv_heads) as u64 + window_bytes
 }
 
 /// Estimates the memory the model at `path` needs on `backend` with a KV cache for
@@ -143,7 +184,13 @@ pub fn estimate(
     let (weights, shape, max_context) = match model_files(path)? {
         ModelFiles::Gguf(file) => {
             let header = crate::gguf::validate_file(&file)?;
-            let (shape, max_context) = gguf_shape(&header.metadata);
+            // The model's own configuration where the engine reads it (window layers
+            // included); otherwise the plain shape, and the loader says what is wrong.
+            let (shape, max_context) =
+                match crate::weights::gguf::Gguf::open(&file).and_then(|g| g.config()) {
+                    Ok(config) => (Some(KvShape::of(&config)), config.context_length),
+                    Err(_) => gguf_shape(&header.metadata),
+                };
             (gguf_weight_bytes(&header, dtype), shape, max_context)
         }
         ModelFiles::Folder(dir) => {
@@ -164,7 +211,7 @@ pub fn estimate(
             } else {
                 stored
             };
-            (weights, Some(kv_shape(&config)), config.context_length)
+            (weights, Some(KvShape::of(&config)), config.context_length)
         }
     };
     let context = context.unwrap_or(max_context).min(max_context);
@@ -207,14 +254,6 @@ pub fn available_memory() -> u64 {
     system.available_memory()
 }
 
-fn kv_shape(c: &ModelConfig) -> KvShape {
-    KvShape {
-        layers: c.num_layers,
-        kv_heads: c.num_kv_heads,
-        head_dim: c.head_dim,
-    }
-}
-
 /// The KV shape and context from GGUF metadata (`None` when keys are missing: the loader
 /// then refuses the file with the precise reason).
 fn gguf_shape(m: &Metadata) -> (Option<KvShape>, usize) {
@@ -235,11 +274,11 @@ fn gguf_shape(m: &Metadata) -> (Option<KvShape>, usize) {
         let heads = num("attention.head_count")?;
         let head_dim = num("attention.key_length")
             .or_else(|| Some(num("embedding_length")? / heads.max(1)))?;
-        Some(KvShape {
-            layers: num("block_count")?,
-            kv_heads: num("attention.head_count_kv").unwrap_or(heads),
+        Some(KvShape::global(
+            num("block_count")?,
+            num("attention.head_count_kv").unwrap_or(heads),
             head_dim,
-        })
+        ))
     })();
     (shape, context)
 }
@@ -266,11 +305,23 @@ mod tests {
     use super::*;
     use crate::cache::KiviConfig;
 
-    const SHAPE: KvShape = KvShape {
-        layers: 30,
-        kv_heads: 3,
-        head_dim: 64,
-    };
+    const SHAPE: KvShape = KvShape::global(30, 3, 64);
+
+    #[test]
+    fn window_layers_hold_their_window_and_slack_only() {
+        // Gemma 3 270M: 18 layers of one KV head of 256, 15 of them over 512 positions.
+        let gemma = KvShape {
+            window_layers: 15,
+            window: 512,
+            ..KvShape::global(18, 1, 256)
+        };
+        let per_position = 2 * 256 * 2; // keys and values, float16 on the host
+        let full = kv_cache_bytes(gemma, 32_768, &CacheConfig::Full, &Backend::HOST);
+        assert_eq!(full, 3 * 32_768 * per_position + 15 * 767 * per_position);
+        // Within the first window every layer holds every position.
+        let short = kv_cache_bytes(gemma, 100, &CacheConfig::Full, &Backend::HOST);
+        assert_eq!(short, 18 * 100 * per_position);
+    }
 
     #[test]
     fn full_cache_bytes() {
