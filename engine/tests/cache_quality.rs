@@ -20,7 +20,7 @@ use std::path::Path;
 
 use kivi_engine::backend::Backend;
 use kivi_engine::cache::{CacheConfig, RECOMMENDED};
-use kivi_engine::eval::window_nll;
+use kivi_engine::eval::{measured_window, window_nll};
 use kivi_engine::loader::load_local;
 
 const WINDOW: usize = 1024;
@@ -46,7 +46,7 @@ fn check(model: &Path, name: &str, bounds: &[(&str, f64)]) {
     let text = offline::workspace_root().join(".data/texts/moby-dick.txt");
     let text = std::fs::read_to_string(text).expect("scripts/setup.sh wrote the texts");
     let tokens = loaded.tokenizer.encode(&text[..12_000], false).unwrap();
-    let window = &tokens[1000..1000 + WINDOW];
+    let window = &measured_window(&loaded.tokenizer, &tokens[1000..1000 + WINDOW]);
     let full = perplexity(&loaded, CacheConfig::Full, window);
     let mut failed = Vec::new();
     for &(setting, bound) in bounds {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 use kivi_engine::backend::Backend;
+use kivi_engine::eval::measured_window;
 use serde::Serialize;
 
 use crate::eval::configs::{parse_configs, DEFAULT_PPL_CONFIGS};
@@ -138,7 +139,7 @@ pub fn run(args: PplArgs) -> Result<()> {
                 windows: result
                     .window_starts
                     .iter()
-                    .map(|&s| tokens[s..s + plan.window].to_vec())
+                    .map(|&s| measured_window(&loaded.tokenizer, &tokens[s..s + plan.window]))
                     .collect(),
             });
         }

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Result};
 use kivi_engine::cache::CacheConfig;
-use kivi_engine::eval::window_nll;
+use kivi_engine::eval::{measured_window, window_nll};
 use kivi_engine::loader::LoadedModel;
 use serde::{Deserialize, Serialize};
 
@@ -115,12 +115,12 @@ pub fn run_text(
         let (mut sum, mut count) = (0f64, 0usize);
         let mut window_perplexity = Vec::new();
         for (i, &start) in starts.iter().enumerate() {
-            let window = &tokens[start..start + plan.window];
+            let window = measured_window(&loaded.tokenizer, &tokens[start..start + plan.window]);
             let mut caches = config.make_layers(loaded.model.config(), loaded.model.backend());
             let nll = window_nll(
                 &loaded.model,
                 &mut caches,
-                window,
+                &window,
                 scored.clone(),
                 plan.chunk,
             )?;

@@ -7,4 +7,4 @@ mod feed;
 mod nll;
 
 pub use feed::{decode_step, forced_log_probs, greedy_token, prefill};
-pub use nll::window_nll;
+pub use nll::{measured_window, window_nll};

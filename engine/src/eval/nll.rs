@@ -7,6 +7,7 @@ use mlx_rs::{ops::indexing::IndexOp, Array, Dtype};
 use crate::cache::KvCache;
 use crate::error::ModelError;
 use crate::model::Llama;
+use crate::tokenizer::Tokenizer;
 
 /// Negative log-likelihoods (natural log) of `window[t]` given `window[..t]` for every
 /// target index `t` in `scored`, in order.
@@ -47,6 +48,17 @@ pub fn window_nll(
         nll.extend(log_probs.into_iter().map(|lp| -lp));
     }
     Ok(nll)
+}
+
+/// A window of a text as llama.cpp's perplexity reads it: its first token replaced by the
+/// BOS where the tokenizer adds one (a model trained with a BOS first attends to it, and a
+/// window cut from the middle of a text would otherwise start with none).
+pub fn measured_window(tokenizer: &Tokenizer, window: &[u32]) -> Vec<u32> {
+    let mut window = window.to_vec();
+    if let (Some(bos), Some(first)) = (tokenizer.prepended_bos(), window.first_mut()) {
+        *first = bos;
+    }
+    window
 }
 
 /// Log-probabilities (natural log) of `targets[i]` under the `i`-th row of `logits`

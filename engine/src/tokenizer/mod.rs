@@ -194,6 +194,15 @@ impl Tokenizer {
         self.inner.get_vocab(true).into_values().max()
     }
 
+    /// The id put before a sequence (its BOS) where the model's tokenizer adds one (Gemma,
+    /// Llama 2), else `None` (SmolLM2, Qwen).
+    pub fn prepended_bos(&self) -> Option<u32> {
+        if !self.prepend_bos {
+            return None;
+        }
+        self.bos.as_deref().and_then(|b| self.inner.token_to_id(b))
+    }
+
     /// The end-of-sequence token text.
     pub fn eos_token(&self) -> Option<&str> {
         self.eos.as_deref()
