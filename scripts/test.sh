@@ -121,7 +121,13 @@ elif [ "$(uname -s)" = Darwin ]; then
 else
   stages=(setup shell lint rust mac fuzz ui app package)
 fi
+# Each stage's wall time, printed at the end (and when a stage fails), so that a CI run says
+# where its minutes went.
+times=()
+report_times() { [ ${#times[@]} -eq 0 ] || printf '\033[1;35m==> stage times:\033[0m %s\n' "${times[*]}"; }
+trap report_times EXIT
 for s in "${stages[@]}"; do
+  started=$SECONDS
   case "$s" in
     setup) stage_setup ;;
     shell) stage_shell ;;
@@ -134,5 +140,6 @@ for s in "${stages[@]}"; do
     package) stage_package ;;
     *) echo "unknown stage '$s' (setup shell lint rust mac fuzz ui app package)" >&2; exit 2 ;;
   esac
+  times+=("$s $((SECONDS - started)) s")
 done
 stage "all requested stages passed: ${stages[*]}"
