@@ -147,11 +147,18 @@ fn gguf_seeds() -> Vec<(&'static str, Vec<u8>)> {
     ]
 }
 
-/// `layers` caches fed `tokens` positions (1 KV head, head_dim 32).
-fn filled(config: &CacheConfig, layers: usize, tokens: usize) -> Vec<Box<dyn KvCache>> {
+/// `layers` caches fed `tokens` positions (1 KV head, head_dim 32); every other layer
+/// over a sliding window of `window` positions where one is given.
+fn filled(
+    config: &CacheConfig,
+    layers: usize,
+    tokens: usize,
+    window: Option<usize>,
+) -> Vec<Box<dyn KvCache>> {
     (0..layers)
         .map(|layer| {
-            let mut cache = config.make(&Backend::HOST);
+            let window = window.filter(|_| layer % 2 == 0);
+            let mut cache = config.make_layer(window, &Backend::HOST);
             if tokens > 0 {
                 let values: Vec<f32> = (0..tokens * 32)
                     .map(|i| ((i * 13 + layer * 5) % 41) as f32 / 41.0 - 0.5)
@@ -168,28 +175,38 @@ fn filled(config: &CacheConfig, layers: usize, tokens: usize) -> Vec<Box<dyn KvC
 fn cache_seeds() -> Vec<(String, Vec<u8>)> {
     let extra = BTreeMap::from([("document".to_string(), "notes.txt#sha256:fe28".to_string())]);
     let configs = [
-        (CacheConfig::Full, 2, 5),
-        (CacheConfig::Full, 1, 0),
+        (CacheConfig::Full, 2, 5, None),
+        (CacheConfig::Full, 1, 0, None),
         (
             CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 32).unwrap()),
             2,
             70,
+            None,
         ),
         (
             CacheConfig::Kivi(KiviConfig::new(4, 2, 64, 0).unwrap()),
             1,
             64,
+            None,
         ),
         (
             CacheConfig::Kivi(KiviConfig::new(2, 4, 32, 128).unwrap()),
             1,
             20,
+            None,
+        ),
+        // Window layers (a Gemma-like model) between KIVI layers.
+        (
+            CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 32).unwrap()),
+            2,
+            70,
+            Some(8),
         ),
     ];
     configs
         .iter()
-        .map(|(config, layers, tokens)| {
-            let caches = filled(config, *layers, *tokens);
+        .map(|(config, layers, tokens, window)| {
+            let caches = filled(config, *layers, *tokens, *window);
             let bytes = to_bytes(
                 "fuzz",
                 config,
@@ -198,7 +215,8 @@ fn cache_seeds() -> Vec<(String, Vec<u8>)> {
                 &extra,
             )
             .unwrap();
-            (format!("{config}-{layers}x{tokens}.kvc"), bytes)
+            let windowed = window.map_or(String::new(), |w| format!("-window{w}"));
+            (format!("{config}-{layers}x{tokens}{windowed}.kvc"), bytes)
         })
         .collect()
 }
@@ -244,6 +262,9 @@ fn cache_seeds_load() {
         let header = read_header(bytes).unwrap();
         let loaded = from_bytes(bytes, "fuzz", &header.config, &Backend::HOST).unwrap();
         assert_eq!(loaded.caches.len(), header.layers, "{name}");
+        if name.contains("window") {
+            assert_eq!(header.windows, [8, 0], "{name}");
+        }
         assert!(bytes.len() < 64 << 10, "{name} is too big to fuzz fast");
     }
     write_seeds("cache_file", seeds);
