@@ -60,7 +60,7 @@ pub enum CacheFileError {
     )]
     Corrupt(String),
     /// Written by another version of the format.
-    #[error("KV cache file format version {found:?} is not supported (this build reads 2 and {VERSION}); prefill the document again")]
+    #[error("KV cache file format version {found:?} is not supported (this build reads 2 to {VERSION}); prefill the document again")]
     Version {
         /// The version in the file.
         found: String,
