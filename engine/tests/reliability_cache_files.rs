@@ -88,10 +88,7 @@ fn other_format_versions_are_refused() {
             matches!(err, CacheFileError::Version { ref found } if found == old_or_new),
             "{err}"
         );
-        assert!(
-            err.to_string().contains("this build reads 2 to 4"),
-            "{err}"
-        );
+        assert!(err.to_string().contains("this build reads 2 to 4"), "{err}");
     }
     let err = refused(&with_metadata(&bytes, "format", "other-app-cache"), &kivi());
     assert!(matches!(err, CacheFileError::Corrupt(_)), "{err}");
