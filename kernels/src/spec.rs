@@ -98,17 +98,27 @@ pub enum Rotation {
     Values,
     /// Both.
     Both,
+    /// Chosen per KV head, keys and values apart, from the first groups the cache
+    /// quantizes: each enters rotated where that loses less to quantization (the engine's
+    /// `cache::basis`). Neither [`Rotation::keys`] nor [`Rotation::values`]: no head is
+    /// rotated before the choice.
+    Adaptive,
 }
 
 impl Rotation {
-    /// Whether keys (and so queries) are rotated.
+    /// Whether keys (and so queries) are rotated in every head.
     pub fn keys(self) -> bool {
         matches!(self, Rotation::Keys | Rotation::Both)
     }
 
-    /// Whether values (and so the attention output) are rotated.
+    /// Whether values (and so the attention output) are rotated in every head.
     pub fn values(self) -> bool {
         matches!(self, Rotation::Values | Rotation::Both)
+    }
+
+    /// Whether each head's basis is chosen from its data.
+    pub fn adaptive(self) -> bool {
+        self == Rotation::Adaptive
     }
 }
 

@@ -42,7 +42,7 @@ pub enum ConfigError {
     /// A settings string that does not parse.
     #[error(
         "cannot read cache settings {0:?}: expected \"full\" or \"k<2|4>v<2|4>\" with optional \
-         \"-g<32|64|128>\", \"-r<residual>\", \"-s<sinks>\", \"-rot\" (or \"-rotk\", \"-rotv\") and \
+         \"-g<32|64|128>\", \"-r<residual>\", \"-s<sinks>\", \"-rot\" (or \"-rotk\", \"-rotv\", \"-rota\") and \
          \"-per-token\", e.g. \"k2v2-g32-r128\" or \"k2v2-g32-r128-s4-rot\""
     )]
     Syntax(String),
@@ -311,6 +311,7 @@ impl fmt::Display for KiviConfig {
             Rotation::Both => f.write_str("-rot")?,
             Rotation::Keys => f.write_str("-rotk")?,
             Rotation::Values => f.write_str("-rotv")?,
+            Rotation::Adaptive => f.write_str("-rota")?,
         }
         if self.key_axis == KeyAxis::PerToken {
             f.write_str("-per-token")?;
@@ -363,6 +364,7 @@ impl FromStr for KiviConfig {
                 "rot" => rotation = Rotation::Both,
                 "rotk" => rotation = Rotation::Keys,
                 "rotv" => rotation = Rotation::Values,
+                "rota" => rotation = Rotation::Adaptive,
                 _ => {
                     if let Some(g) = part.strip_prefix('g') {
                         group = number(g)?;

@@ -53,7 +53,9 @@ use kivi_kernels::{
     attention,
     host::{self, readable},
     mlx_quant::{self, QuantizedArray},
-    quantized_after, rotation, sink_len, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
+    quantized_after,
+    reference::Storage,
+    rotation, sink_len, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
 };
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
@@ -61,6 +63,7 @@ use super::config::KiviConfig;
 use super::host_kv::host_floats;
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
+use basis::{HeadBasis, QueryEnergy};
 use window::{HostAppend, Roll, Window};
 
 /// The groups a call moves from the window to the history: quantized as the call's tokens
@@ -72,6 +75,52 @@ struct Leaving {
     cut: window::Cut,
     /// Quantized positions after the move.
     quantized: usize,
+}
+
+/// KIVI+'s adaptive basis (`kivi_basis.rs`): the queries counted so far, then each head's
+/// choice, made at the first flush.
+#[derive(Debug, Clone, Default)]
+struct Adaptive {
+    energy: QueryEnergy,
+    chosen: Option<HeadBasis>,
+}
+
+/// What an append changes in an adaptive basis, worked out before anything changes: the
+/// window rewritten in a basis just chosen, and the basis's state after the call.
+#[derive(Default)]
+struct Next {
+    window: Option<Window>,
+    adaptive: Option<Adaptive>,
+}
+
+/// The KV heads a rotation applies to.
+#[derive(Debug, Clone, Copy)]
+enum Heads<'a> {
+    None,
+    All,
+    /// Per KV head (`batch × heads`); a tensor with more heads than these (queries, the
+    /// attention output) follows its KV head's choice.
+    Chosen(&'a [bool]),
+}
+
+impl<'a> Heads<'a> {
+    fn fixed(on: bool) -> Self {
+        if on {
+            Heads::All
+        } else {
+            Heads::None
+        }
+    }
+
+    fn chosen(mask: &'a [bool]) -> Self {
+        if mask.iter().all(|&on| on) {
+            Heads::All
+        } else if mask.iter().any(|&on| on) {
+            Heads::Chosen(mask)
+        } else {
+            Heads::None
+        }
+    }
 }
 
 /// Shapes fixed by the first append: batch, KV heads, key and value head_dim, and the
@@ -116,6 +165,8 @@ pub struct KiviCache {
     kernels: Kernels,
     /// The dtype of scales, zeros and the residual window.
     storage: Dtype,
+    /// With an adaptive rotation, its state.
+    adaptive: Option<Adaptive>,
 }
 
 impl std::fmt::Debug for KiviCache {
@@ -147,6 +198,35 @@ impl KiviCache {
             quantized: 0,
             kernels,
             storage,
+            adaptive: config.rotation().adaptive().then(Adaptive::default),
+        }
+    }
+
+    /// The positions whose queries an adaptive basis counts: every one before the first
+    /// flush can happen (`S + R + G`).
+    fn basis_span(&self) -> usize {
+        self.config.sinks() + self.config.residual_length() + self.config.group_size()
+    }
+
+    /// The heads whose keys (and queries) are rotated now.
+    fn key_heads(&self) -> Heads<'_> {
+        match &self.adaptive {
+            None => Heads::fixed(self.config.rotation().keys()),
+            Some(Adaptive {
+                chosen: Some(b), ..
+            }) => Heads::chosen(&b.keys),
+            Some(_) => Heads::None,
+        }
+    }
+
+    /// The heads whose values (and attention outputs) are rotated now.
+    fn value_heads(&self) -> Heads<'_> {
+        match &self.adaptive {
+            None => Heads::fixed(self.config.rotation().values()),
+            Some(Adaptive {
+                chosen: Some(b), ..
+            }) => Heads::chosen(&b.values),
+            Some(_) => Heads::None,
         }
     }
 
@@ -163,7 +243,7 @@ impl KiviCache {
     /// Appends keys and values `[B, H, L, D]` (in the model's basis: KIVI+'s rotation is
     /// applied here) and applies the flush rule, without attention.
     pub fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
-        let leaving = self.admit(keys, values)?;
+        let leaving = self.admit(keys, values, None)?;
         self.leave(leaving);
         Ok(())
     }
@@ -173,8 +253,14 @@ impl KiviCache {
     /// moves out of it; [`Self::leave`] moves them. In between, the cache holds every token
     /// with the history as it was, so a call's queries read the call's own tokens and the
     /// window in full precision. Everything that can fail runs before anything changes, so
-    /// an error leaves the cache as it was.
-    fn admit(&mut self, keys: &Array, values: &Array) -> Result<Leaving, CacheError> {
+    /// an error leaves the cache as it was. `queries`, the call's, count towards an
+    /// adaptive basis.
+    fn admit(
+        &mut self,
+        keys: &Array,
+        values: &Array,
+        queries: Option<&Array>,
+    ) -> Result<Leaving, CacheError> {
         let dims = self.check_new(keys, values)?;
         let len = keys.dim(2) as usize;
         if len == 0 {
@@ -184,9 +270,6 @@ impl KiviCache {
                 quantized: self.quantized,
             });
         }
-        let rotation = self.config.rotation();
-        let keys = &self.rotated(keys, rotation.keys())?;
-        let values = &self.rotated(values, rotation.values())?;
         let total = self.tokens + len;
         // Sinks fill first and stay; the flush rule runs on the tokens after them.
         let sinks = sink_len(total, self.config.sinks());
@@ -197,6 +280,9 @@ impl KiviCache {
             self.config.group_size(),
         );
         let flush = quantized - self.quantized;
+        let (keys, values, next) = self.in_basis(keys, values, queries, flush > 0, dims)?;
+        let (keys, values) = (&keys, &values);
+        let held = next.window.as_ref().or(self.window.as_ref());
         let host_tokens = match self.kernels {
             Kernels::Host => Some((readable::<f32>(keys)?, readable::<f32>(values)?)),
             Kernels::Mlx => None,
@@ -212,10 +298,10 @@ impl KiviCache {
                     flush,
                     room: self.config.residual_room(),
                 };
-                window::roll_host(self.window.as_ref(), add)?
+                window::roll_host(held, add)?
             }
             None => {
-                let (held_k, held_v) = match &self.window {
+                let (held_k, held_v) = match held {
                     Some(Window::Mlx { keys, values }) => (Some(keys), Some(values)),
                     Some(Window::Host(_)) => {
                         return Err(CacheError::Shape("a host window on MLX kernels".into()))
@@ -246,8 +332,12 @@ impl KiviCache {
             }
             None => None,
         };
-        let (joined, cut) = roll.enter(self.window.take());
+        let held = next.window.or_else(|| self.window.take());
+        let (joined, cut) = roll.enter(held);
         self.window = Some(joined);
+        if let (Some(adaptive), Some(state)) = (&mut self.adaptive, next.adaptive) {
+            *adaptive = state;
+        }
         self.dims = Some(dims);
         self.tokens = total;
         Ok(Leaving {
@@ -276,29 +366,213 @@ impl KiviCache {
         Ok(())
     }
 
-    /// `x·H` along the last axis when `on` (KIVI+'s basis), computed in float32 and
-    /// returned in `x`'s dtype: on the host with the host kernels, else as an MLX
-    /// operation. `x` itself when not.
-    fn rotated(&self, x: &Array, on: bool) -> Result<Array, CacheError> {
-        if !on {
+    /// `x·H` along the last axis (KIVI+'s basis) in the heads `heads` names, computed in
+    /// float32 and returned in `x`'s dtype: on the host with the host kernels, else as MLX
+    /// operations (the same bits). `x` is `[B, heads, L, D]`; with a choice per KV head, a
+    /// tensor of query heads follows each one's KV head.
+    fn rotated(&self, x: &Array, heads: Heads<'_>) -> Result<Array, CacheError> {
+        let mask = match heads {
+            Heads::None => return Ok(x.clone()),
+            Heads::All => None,
+            Heads::Chosen(mask) => Some(mask),
+        };
+        if x.size() == 0 {
             return Ok(x.clone());
         }
+        let &[b, h, l, d] = x.shape() else {
+            return Err(CacheError::Shape(format!(
+                "cannot rotate an array of shape {:?}",
+                x.shape()
+            )));
+        };
+        let (b, h, l, d) = (b as usize, h as usize, l as usize, d as usize);
+        let per_kv = mask.map_or(1, |m| h / (m.len() / b.max(1)).max(1));
+        if mask.is_some_and(|m| per_kv == 0 || m.len() * per_kv != b * h) {
+            return Err(CacheError::Shape(format!(
+                "{h} heads do not follow the basis of {} KV heads",
+                mask.map_or(0, <[bool]>::len)
+            )));
+        }
+        // Whether head `i` of `x` (batch-major) is rotated.
+        let on = |i: usize| mask.is_none_or(|m| m[i / per_kv]);
         let dtype = x.dtype();
-        if self.kernels == Kernels::Host {
+        let out = if self.kernels == Kernels::Host {
             let x = readable::<f32>(x)?;
             let mut data = x
                 .try_as_slice::<f32>()
                 .map_err(|e| CacheError::Shape(format!("cannot read an array to rotate: {e}")))?
                 .to_vec();
-            rotation::rotate_rows(&mut data, x.dim(-1) as usize)?;
-            let out = Array::from_slice(&data, x.shape());
-            return Ok(if dtype == Dtype::Float32 {
-                out
-            } else {
-                out.as_dtype(dtype)?
-            });
+            for (i, head) in data.chunks_exact_mut(l * d).enumerate() {
+                if on(i) {
+                    rotation::rotate_rows(head, d)?;
+                }
+            }
+            Array::from_slice(&data, x.shape())
+        } else {
+            let x = x.as_dtype(Dtype::Float32)?;
+            let all = rotation::rotate(&x)?;
+            match mask {
+                None => all,
+                Some(_) => {
+                    let flags: Vec<u32> = (0..b * h).map(|i| u32::from(on(i))).collect();
+                    let shape = [b as i32, h as i32, 1, 1];
+                    let on = Array::from_slice(&flags, &shape).as_dtype(Dtype::Bool)?;
+                    ops::select(&on, &all, &x)?
+                }
+            }
+        };
+        Ok(if dtype == Dtype::Float32 {
+            out
+        } else {
+            out.as_dtype(dtype)?
+        })
+    }
+
+    /// The call's keys and values in the basis they are stored in (KIVI+'s rotation) and
+    /// what the call changes in an adaptive basis: its queries counted and, when the call
+    /// flushes the first group (`flushing`), each head's choice, with the window rewritten
+    /// in it.
+    fn in_basis(
+        &self,
+        keys: &Array,
+        values: &Array,
+        queries: Option<&Array>,
+        flushing: bool,
+        dims: Dims,
+    ) -> Result<(Array, Array, Next), CacheError> {
+        let Some(adaptive) = &self.adaptive else {
+            let rotation = self.config.rotation();
+            return Ok((
+                self.rotated(keys, Heads::fixed(rotation.keys()))?,
+                self.rotated(values, Heads::fixed(rotation.values()))?,
+                Next::default(),
+            ));
+        };
+        // Rounded to the storage dtype before any rotation, as the window's tokens are when
+        // the window is rewritten: a token holds the same bits whenever it arrived.
+        let (keys, values) = (keys.as_dtype(dims.dtype)?, values.as_dtype(dims.dtype)?);
+        let in_chosen = |chosen: &HeadBasis| -> Result<(Array, Array), CacheError> {
+            Ok((
+                self.rotated(&keys, Heads::chosen(&chosen.keys))?,
+                self.rotated(&values, Heads::chosen(&chosen.values))?,
+            ))
+        };
+        if let Some(chosen) = &adaptive.chosen {
+            let (keys, values) = in_chosen(chosen)?;
+            return Ok((keys, values, Next::default()));
         }
-        Ok(rotation::rotate(&x.as_dtype(Dtype::Float32)?)?.as_dtype(dtype)?)
+        let mut energy = adaptive.energy.clone();
+        if let Some(queries) = queries {
+            self.count_queries(&mut energy, queries, dims)?;
+        }
+        if !flushing {
+            let next = Next {
+                window: None,
+                adaptive: Some(Adaptive {
+                    energy,
+                    chosen: None,
+                }),
+            };
+            return Ok((keys, values, next));
+        }
+        let chosen = self.choose_basis(&keys, &values, &energy, dims)?;
+        let window = match &self.window {
+            Some(w) => {
+                let (k, v) = w.arrays();
+                let host = self.kernels == Kernels::Host;
+                Some(Window::from_arrays(
+                    self.rotated(&k, Heads::chosen(&chosen.keys))?,
+                    self.rotated(&v, Heads::chosen(&chosen.values))?,
+                    host,
+                    self.config.residual_room(),
+                )?)
+            }
+            None => None,
+        };
+        let (keys, values) = in_chosen(&chosen)?;
+        let next = Next {
+            window,
+            adaptive: Some(Adaptive {
+                energy: QueryEnergy::default(),
+                chosen: Some(chosen),
+            }),
+        };
+        Ok((keys, values, next))
+    }
+
+    /// Adds the energy of a call's queries (`[B, Hq, L, Dk]`, the call's positions) to
+    /// `energy`, for the positions an adaptive basis counts.
+    fn count_queries(
+        &self,
+        energy: &mut QueryEnergy,
+        queries: &Array,
+        dims: Dims,
+    ) -> Result<(), CacheError> {
+        let span = self.basis_span();
+        if self.tokens >= span {
+            return Ok(());
+        }
+        let &[b, h, l, d] = queries.shape() else {
+            return Err(CacheError::Shape(format!(
+                "queries must be [B, heads, L, D], got {:?}",
+                queries.shape()
+            )));
+        };
+        if b != dims.batch || d != dims.key_dim || h % dims.heads != 0 {
+            return Err(CacheError::Shape(format!(
+                "queries {:?} do not fit keys of {dims:?}",
+                queries.shape()
+            )));
+        }
+        let q = readable::<f32>(queries)?;
+        let shape = [b, h, l, d].map(|n| n as usize);
+        energy.add(host_floats(&q)?, shape, dims.heads as usize, self.tokens, span);
+        Ok(())
+    }
+
+    /// Each head's basis, from the window (all in the model's basis before the first flush)
+    /// followed by the call's `keys` and `values` (rounded to the storage dtype).
+    fn choose_basis(
+        &self,
+        keys: &Array,
+        values: &Array,
+        energy: &QueryEnergy,
+        dims: Dims,
+    ) -> Result<HeadBasis, CacheError> {
+        let held = self.window.as_ref().map(Window::arrays);
+        let joined = |held: Option<&Array>, new: &Array| -> Result<Array, CacheError> {
+            let all = match held {
+                Some(old) => ops::concatenate(&[old, new], 2)?,
+                None => new.clone(),
+            };
+            Ok(readable::<f32>(&all)?)
+        };
+        let k = joined(held.as_ref().map(|w| &w.0), keys)?;
+        let v = joined(held.as_ref().map(|w| &w.1), values)?;
+        let group = self.config.group_size();
+        let sample = basis::Sample {
+            keys: host_floats(&k)?,
+            values: host_floats(&v)?,
+            key_shape: [dims.batch, dims.heads, k.dim(2), dims.key_dim].map(|n| n as usize),
+            value_dim: dims.value_dim as usize,
+        };
+        let quant = basis::Quantizers {
+            keys: self.config.key_spec(),
+            values: self.value_spec(dims)?,
+            storage: if dims.dtype == Dtype::Float16 {
+                Storage::F16
+            } else {
+                Storage::F32
+            },
+        };
+        let count = (self.config.residual_length() + group) / group * group;
+        Ok(basis::choose(
+            &sample,
+            self.config.sinks(),
+            count,
+            energy,
+            &quant,
+        ))
     }
 
     /// The cache as the attention kernel reads it.
@@ -364,6 +638,9 @@ impl KiviCache {
         if let Some(w) = &self.window {
             let (keys, values) = w.arrays();
             named.extend([("residual.keys", keys), ("residual.values", values)]);
+        }
+        if let (Some(adaptive), Some(dims)) = (&self.adaptive, self.dims) {
+            named.extend(basis_arrays(adaptive, dims));
         }
         named
     }
@@ -536,18 +813,25 @@ impl KvCache for KiviCache {
                 keys.shape()
             )));
         }
-        // KIVI+'s basis: keys enter rotated, so the queries are rotated alike; the output
-        // of rotated values is rotated back (H·H = I).
-        let rotation = self.config.rotation();
-        let queries = self.rotated(queries, rotation.keys())?;
         // Attend, then flush: the queries read the history as it stood before the call and
         // the window with the call's own tokens in full precision (the KIVI paper's
         // prefill); the groups this call flushes are read quantized from the next call on.
-        let leaving = self.admit(keys, values)?;
-        let out = attention::attend(&queries, self.view(), scale, self.kernels);
+        let leaving = self.admit(keys, values, Some(queries))?;
+        // KIVI+'s basis (as it stands after the append, which may choose it): keys enter
+        // rotated, so the queries are rotated alike; the output of rotated values is rotated
+        // back (H·H = I).
+        let rotated = self.rotated(queries, self.key_heads());
+        let out = rotated.and_then(|queries| {
+            Ok(attention::attend(
+                &queries,
+                self.view(),
+                scale,
+                self.kernels,
+            )?)
+        });
         // The flush completes whatever attention returned: the tokens are held either way.
         self.leave(leaving);
-        self.rotated(&out?, rotation.values())
+        self.rotated(&out?, self.value_heads())
     }
 
     fn len(&self) -> usize {
@@ -562,6 +846,12 @@ impl KvCache for KiviCache {
     fn truncate(&mut self, len: usize) -> Result<usize, CacheError> {
         if len >= self.tokens {
             return Ok(self.tokens);
+        }
+        if self.adaptive.is_some() && len < self.basis_span() {
+            // Before its span an adaptive basis has counted queries past `len`, or has chosen
+            // from tokens past it: a cut cache could not be the prefix's own.
+            *self = Self::empty(self.config, self.kernels, self.storage);
+            return Ok(0);
         }
         // The residual arrays begin with the sinks: cutting inside them or the window keeps
         // exactly `len` tokens of the residual after the quantized part.
@@ -638,6 +928,30 @@ impl KvCache for KiviCache {
     }
 }
 
+/// An adaptive basis's state as arrays: each head's choice, `basis.keys` and
+/// `basis.values` (`[B, H, 1, 1]`, 0 or 1), or before it the queries' energy,
+/// `basis.queries` (`[B, H, 1, Dk]`).
+fn basis_arrays(adaptive: &Adaptive, dims: Dims) -> Vec<(&'static str, Array)> {
+    let [b, h] = [dims.batch, dims.heads];
+    match &adaptive.chosen {
+        Some(chosen) => {
+            let flags = |mask: &[bool]| {
+                let flags: Vec<u32> = mask.iter().map(|&on| u32::from(on)).collect();
+                Array::from_slice(&flags, &[b, h, 1, 1])
+            };
+            vec![
+                ("basis.keys", flags(&chosen.keys)),
+                ("basis.values", flags(&chosen.values)),
+            ]
+        }
+        None if adaptive.energy.sums.is_empty() => Vec::new(),
+        None => vec![(
+            "basis.queries",
+            Array::from_slice(&adaptive.energy.sums, &[b, h, 1, dims.key_dim]),
+        )],
+    }
+}
+
 impl From<KernelError> for CacheError {
     fn from(e: KernelError) -> Self {
         match e {
@@ -652,6 +966,9 @@ mod state;
 
 #[path = "kivi_window.rs"]
 mod window;
+
+#[path = "kivi_basis.rs"]
+mod basis;
 
 #[cfg(test)]
 #[path = "kivi_tests.rs"]

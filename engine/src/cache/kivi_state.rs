@@ -7,7 +7,8 @@ use kivi_kernels::{
 };
 use mlx_rs::{Array, Dtype};
 
-use super::{window::Window, Dims, KiviCache};
+use super::basis::{HeadBasis, QueryEnergy};
+use super::{window::Window, Adaptive, Dims, KiviCache};
 use crate::cache::{CacheError, CacheState, KiviConfig};
 
 impl KiviCache {
@@ -22,6 +23,7 @@ impl KiviCache {
         let bad = |why: String| CacheError::State(why);
         let mut cache = Self::empty(config, kernels, storage);
         let (mut residual_keys, mut residual_values) = (None, None);
+        let mut basis: Vec<(String, Array)> = Vec::new();
         for (name, array) in state.arrays {
             let slot = match name.as_str() {
                 "keys.packed" | "keys.scales" | "keys.zeros" => cache
@@ -38,6 +40,10 @@ impl KiviCache {
                     residual_values = Some(array);
                     continue;
                 }
+                "basis.keys" | "basis.values" | "basis.queries" if cache.adaptive.is_some() => {
+                    basis.push((name, array));
+                    continue;
+                }
                 other => return Err(bad(format!("unknown array {other:?}"))),
             };
             match name.rsplit('.').next() {
@@ -52,6 +58,13 @@ impl KiviCache {
         let residual = residual_keys.zip(residual_values);
         let dims = cache.check_state(state.tokens, residual.as_ref().map(|(k, v)| (k, v)))?;
         cache.dims = dims;
+        if let Some(dims) = dims {
+            if let Some(adaptive) = &mut cache.adaptive {
+                *adaptive = adaptive_state(basis, dims, cache.quantized)?;
+            }
+        } else if !basis.is_empty() {
+            return Err(bad("an empty cache holds a basis".into()));
+        }
         cache.window = residual
             .map(|(k, v)| {
                 Window::from_arrays(k, v, kernels == Kernels::Host, config.residual_room())
@@ -225,6 +238,62 @@ impl KiviCache {
         self.tokens = tokens;
         self.quantized = quantized;
         Ok(Some(dims))
+    }
+}
+
+/// An adaptive basis's saved state, checked: each head's choice once anything is quantized
+/// (it is made at the first flush), the queries' energy (or nothing) before.
+fn adaptive_state(
+    arrays: Vec<(String, Array)>,
+    dims: Dims,
+    quantized: usize,
+) -> Result<Adaptive, CacheError> {
+    let bad = |why: String| Err(CacheError::State(why));
+    let find = |name: &str| arrays.iter().find(|(n, _)| n == name).map(|(_, a)| a);
+    let (keys, values, queries) = (
+        find("basis.keys"),
+        find("basis.values"),
+        find("basis.queries"),
+    );
+    let heads = [dims.batch, dims.heads, 1, 1];
+    let flags = |a: &Array| -> Result<Vec<bool>, CacheError> {
+        expect(a, &heads, Some(Dtype::Uint32))?;
+        let a = kivi_kernels::host::readable::<u32>(a)?;
+        let flags = a.as_slice::<u32>();
+        if flags.iter().any(|&f| f > 1) {
+            return Err(CacheError::State("a head's basis is neither 0 nor 1".into()));
+        }
+        Ok(flags.iter().map(|&f| f == 1).collect())
+    };
+    match (keys, values, queries, quantized > 0) {
+        (Some(k), Some(v), None, true) => Ok(Adaptive {
+            energy: QueryEnergy::default(),
+            chosen: Some(HeadBasis {
+                keys: flags(k)?,
+                values: flags(v)?,
+            }),
+        }),
+        (None, None, queries, false) => {
+            let sums = match queries {
+                Some(q) => {
+                    expect(q, &[dims.batch, dims.heads, 1, dims.key_dim], Some(Dtype::Float32))?;
+                    let q = kivi_kernels::host::readable::<f32>(q)?;
+                    let sums = q.as_slice::<f32>().to_vec();
+                    if sums.iter().any(|x| !x.is_finite() || *x < 0.0) {
+                        return bad("the queries' energy must be finite and not negative".into());
+                    }
+                    sums
+                }
+                None => Vec::new(),
+            };
+            Ok(Adaptive {
+                energy: QueryEnergy { sums },
+                chosen: None,
+            })
+        }
+        _ => bad(format!(
+            "an adaptive basis holds its choice once anything is quantized, and its queries              before; this one does not fit {quantized} quantized tokens"
+        )),
     }
 }
 

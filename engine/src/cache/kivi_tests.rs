@@ -91,6 +91,9 @@ fn settings() -> Vec<KiviConfig> {
         plus(config(4, 2, 32, 64), 16, Rotation::Values),
         plus(config(2, 4, 64, 0), 0, Rotation::Keys),
         plus(config(2, 2, 32, 32), 16, Rotation::None),
+        // KIVI+'s adaptive basis, chosen at the first flush.
+        plus(config(2, 2, 32, 32), 4, Rotation::Adaptive),
+        plus(config(4, 2, 32, 64), 0, Rotation::Adaptive),
     ]
 }
 
@@ -370,6 +373,105 @@ fn before_the_first_flush_it_equals_the_full_cache() {
     }
 }
 
+/// Attends `stream` in `chunks`: an adaptive basis counts the queries.
+fn attend_all(cache: &mut KiviCache, stream: &Stream, chunks: &[usize]) -> Vec<f32> {
+    let mut at = 0;
+    let mut out = Vec::new();
+    for &len in chunks {
+        let (q, k, v) = stream.chunk(at, at + len);
+        out.extend(f32s(&cache.attend(&q, &k, &v, 0.125).unwrap()));
+        at += len;
+    }
+    out
+}
+
+/// The adaptive basis, chosen from the queries' energy at the first flush: the same
+/// choice and the same bits for one prefill, any chunking and token-by-token decode, on
+/// the host and with MLX's operations; saved before and after the choice and restored, the
+/// cache goes on as if it never stopped; and attention reads each head in its own basis
+/// (against the full cache before anything is quantized, the rotations undone exactly).
+#[test]
+fn an_adaptive_basis_is_chosen_alike_for_every_chunking_and_runtime() {
+    let tokens = 301;
+    let stream = Stream::new(12, tokens);
+    let config = plus(config(2, 2, 32, 32), 4, Rotation::Adaptive);
+    let mut chosen = None;
+    for backend in [HOST, MLX, MLX16] {
+        let mut whole = KiviCache::new(config, backend);
+        attend_all(&mut whole, &stream, &[tokens]);
+        let expected = fingerprint(&whole);
+        let basis = whole.adaptive.as_ref().unwrap().chosen.clone().unwrap();
+        // This stream's heads do not all choose alike, so both bases are exercised.
+        let keys: Vec<bool> = basis.keys.clone();
+        assert!(keys.contains(&true) || basis.values.contains(&true), "{basis:?}");
+        match &chosen {
+            None => chosen = Some(basis),
+            Some(first) => assert_eq!(first, &basis, "{backend}"),
+        }
+        for chunks in chunkings(tokens, 13) {
+            let mut cache = KiviCache::new(config, backend);
+            attend_all(&mut cache, &stream, &chunks);
+            assert!(
+                fingerprint(&cache) == expected,
+                "{backend}: chunks {chunks:?} differ"
+            );
+        }
+        // Saved before the choice (queries counted) and after it, restored, fed the rest.
+        for stop in [37, 200] {
+            let mut first = KiviCache::new(config, backend);
+            attend_all(&mut first, &stream, &[stop]);
+            let mut restored = KiviCache::new(config, backend);
+            restored.restore(first.state().unwrap()).unwrap();
+            attend_all(&mut restored, &stream.tail(stop), &[tokens - stop]);
+            assert!(
+                fingerprint(&restored) == expected,
+                "{backend}: saved at {stop}, restored and refed"
+            );
+        }
+    }
+    // The host and MLX caches in float16 storage hold the same bits.
+    let mut host = KiviCache::new(config, HOST);
+    let mut mlx = KiviCache::new(config, MLX);
+    attend_all(&mut host, &stream, &[100, 1, 1, 199]);
+    attend_all(&mut mlx, &stream, &[100, 1, 1, 199]);
+    assert!(fingerprint(&host) == fingerprint(&mlx));
+    // A choice of another shape, or not 0 or 1, is refused.
+    let mut state = host.state().unwrap();
+    for (name, array) in &mut state.arrays {
+        if name == "basis.keys" {
+            *array = Array::from_slice(&[2u32, 0, 1], &[1, 3, 1, 1]);
+        }
+    }
+    let err = KiviCache::new(config, HOST).restore(state).unwrap_err();
+    assert!(err.to_string().contains("neither 0 nor 1"), "{err}");
+}
+
+#[test]
+fn an_adaptive_basis_reads_like_the_full_cache_before_anything_is_quantized() {
+    // R + G = 64 tokens: the choice is made at the 68th with 4 sinks; the window then holds
+    // every token, some heads rotated, and attention undoes each head's rotation.
+    let stream = Stream::new(14, 70);
+    let config = plus(config(2, 2, 32, 32), 4, Rotation::Adaptive);
+    let mut kivi = KiviCache::new(config, HOST);
+    let mut full = FullCache::new(HOST);
+    let half = |x: &Array| {
+        x.as_dtype(Dtype::Float16)
+            .unwrap()
+            .as_dtype(Dtype::Float32)
+            .unwrap()
+    };
+    let (q, k, v) = stream.chunk(0, 67);
+    kivi.attend(&q, &k, &v, 0.125).unwrap();
+    full.attend(&q, &half(&k), &half(&v), 0.125).unwrap();
+    let (q, k, v) = stream.chunk(67, 68);
+    let a = f32s(&kivi.attend(&q, &k, &v, 0.125).unwrap());
+    let b = f32s(&full.attend(&q, &half(&k), &half(&v), 0.125).unwrap());
+    assert!(kivi.adaptive.as_ref().unwrap().chosen.is_some());
+    let err = reference_attention::compare(&a, &b, DIM);
+    // Rotated heads are held rotated in float16: a rounding, not a quantization, apart.
+    assert!(err.max_abs < 2e-2, "{err:?}");
+}
+
 #[test]
 fn truncate_then_refeed_reproduces_the_cache() {
     let tokens = 300;
@@ -397,7 +499,11 @@ fn truncate_then_refeed_reproduces_the_cache() {
             let g = config.group_size();
             // Inside the sinks or the window: exactly; inside the quantized history: whole
             // groups after the sinks.
-            let want = if len >= s + q || len <= s {
+            let span = config.sinks() + config.residual_length() + g;
+            let want = if config.rotation().adaptive() && len < span {
+                // An adaptive basis chosen (or its queries counted) past the cut.
+                0
+            } else if len >= s + q || len <= s {
                 len
             } else {
                 s + (len - s) / g * g
@@ -433,7 +539,8 @@ fn held_bytes(cache: &KiviCache) -> u64 {
     let history: u64 = cache
         .arrays()
         .iter()
-        .filter(|(name, _)| !name.starts_with("residual."))
+        // An adaptive basis is bookkeeping (a flag or a few floats per head), not KV data.
+        .filter(|(name, _)| !name.starts_with("residual.") && !name.starts_with("basis."))
         .map(|(_, a)| a.nbytes() as u64)
         .sum();
     let window = if cache.len() > cache.quantized_len() {
@@ -506,7 +613,9 @@ fn accounting_matches_the_arrays() {
             (tokens, sinks, q, tokens - q - sinks)
         );
         let names: Vec<&str> = cache.arrays().iter().map(|(n, _)| *n).collect();
-        assert_eq!(names.len(), if q > 0 { 8 } else { 2 });
+        // An adaptive basis adds its choice (keys', values') once anything is quantized.
+        let basis = if config.rotation().adaptive() && q > 0 { 2 } else { 0 };
+        assert_eq!(names.len(), basis + if q > 0 { 8 } else { 2 });
     }
 }
 

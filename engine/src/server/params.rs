@@ -439,9 +439,10 @@ pub fn kv_cache(value: Value) -> Result<CacheConfig, ApiError> {
                                 Some("keys") => Rotation::Keys,
                                 Some("values") => Rotation::Values,
                                 Some("both") => Rotation::Both,
+                                Some("adaptive") => Rotation::Adaptive,
                                 _ => return Err(ApiError::invalid(
                                     "Invalid 'kv_cache.rotation': expected \"none\", \"keys\", \
-                                     \"values\" or \"both\""
+                                     \"values\", \"both\" or \"adaptive\""
                                         .to_string(),
                                     Some(&format!("{PARAM}.rotation")),
                                 )),
