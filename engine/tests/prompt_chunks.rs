@@ -278,6 +278,8 @@ fn every_setting_and_chunking_agrees_on_the_tiny_model() {
         "k2v2-g32-r32-s16-rot",
         "k4v4-g32-r32-rotk",
         "k2v4-g32-r32-s4-rotv",
+        "k2v2-g32-r32-s4-rota",
+        "k4v2-g32-r32-rota",
         // Other groups, residual lengths and key groupings.
         "k4v2-g64-r64-s4-rot",
         "k2v2-g128-r0",

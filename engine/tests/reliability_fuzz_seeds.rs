@@ -195,6 +195,9 @@ fn cache_seeds() -> Vec<(String, Vec<u8>)> {
             20,
             None,
         ),
+        // KIVI+'s adaptive basis: its queries counted, then each head's choice.
+        ("k2v2-g32-r32-s4-rota".parse().unwrap(), 1, 20, None),
+        ("k2v2-g32-r32-s4-rota".parse().unwrap(), 2, 70, None),
         // Window layers (a Gemma-like model) between KIVI layers.
         (
             CacheConfig::Kivi(KiviConfig::new(2, 2, 32, 32).unwrap()),

@@ -51,7 +51,7 @@ fn setting(input: &mut Input<'_>) -> CacheConfig {
     let group = input.pick(&[32, 64]);
     let residual = group * input.pick(&[0, 1, 2]);
     let sinks = input.pick(&["", "-s4", "-s16", "-s1"]);
-    let rotation = input.pick(&["", "-rot", "-rotk", "-rotv"]);
+    let rotation = input.pick(&["", "-rot", "-rotk", "-rotv", "-rota"]);
     let axis = input.pick(&["", "", "", "-per-token"]);
     let name = format!(
         "k{}v{}-g{group}-r{residual}{sinks}{rotation}{axis}",

@@ -526,7 +526,13 @@ impl KiviCache {
         }
         let q = readable::<f32>(queries)?;
         let shape = [b, h, l, d].map(|n| n as usize);
-        energy.add(host_floats(&q)?, shape, dims.heads as usize, self.tokens, span);
+        energy.add(
+            host_floats(&q)?,
+            shape,
+            dims.heads as usize,
+            self.tokens,
+            span,
+        );
         Ok(())
     }
 

@@ -50,7 +50,14 @@ impl QueryEnergy {
     /// Adds the queries `q` (`[B, Hq, L, D]`, row-major float32) of positions
     /// `first .. first + L`, those before `span`, to the sums of their KV heads
     /// (`kv_heads`, each read by `Hq / kv_heads` consecutive query heads).
-    pub(super) fn add(&mut self, q: &[f32], shape: Shape4, kv_heads: usize, first: usize, span: usize) {
+    pub(super) fn add(
+        &mut self,
+        q: &[f32],
+        shape: Shape4,
+        kv_heads: usize,
+        first: usize,
+        span: usize,
+    ) {
         let [batch, heads, len, dim] = shape;
         let per = heads / kv_heads.max(1);
         let count = span.saturating_sub(first).min(len);

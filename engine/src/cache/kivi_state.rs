@@ -261,7 +261,9 @@ fn adaptive_state(
         let a = kivi_kernels::host::readable::<u32>(a)?;
         let flags = a.as_slice::<u32>();
         if flags.iter().any(|&f| f > 1) {
-            return Err(CacheError::State("a head's basis is neither 0 nor 1".into()));
+            return Err(CacheError::State(
+                "a head's basis is neither 0 nor 1".into(),
+            ));
         }
         Ok(flags.iter().map(|&f| f == 1).collect())
     };

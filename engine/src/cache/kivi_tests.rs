@@ -403,7 +403,10 @@ fn an_adaptive_basis_is_chosen_alike_for_every_chunking_and_runtime() {
         let basis = whole.adaptive.as_ref().unwrap().chosen.clone().unwrap();
         // This stream's heads do not all choose alike, so both bases are exercised.
         let keys: Vec<bool> = basis.keys.clone();
-        assert!(keys.contains(&true) || basis.values.contains(&true), "{basis:?}");
+        assert!(
+            keys.contains(&true) || basis.values.contains(&true),
+            "{basis:?}"
+        );
         match &chosen {
             None => chosen = Some(basis),
             Some(first) => assert_eq!(first, &basis, "{backend}"),
@@ -614,7 +617,11 @@ fn accounting_matches_the_arrays() {
         );
         let names: Vec<&str> = cache.arrays().iter().map(|(n, _)| *n).collect();
         // An adaptive basis adds its choice (keys', values') once anything is quantized.
-        let basis = if config.rotation().adaptive() && q > 0 { 2 } else { 0 };
+        let basis = if config.rotation().adaptive() && q > 0 {
+            2
+        } else {
+            0
+        };
         assert_eq!(names.len(), basis + if q > 0 { 8 } else { 2 });
     }
 }

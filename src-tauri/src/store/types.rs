@@ -44,12 +44,14 @@ pub struct CacheSettings {
     pub rotation: RotationSetting,
 }
 
-/// What a KIVI+ cache stores in a Hadamard basis (IPC `"none" | "values" | "both"`).
+/// What a KIVI+ cache stores in a Hadamard basis (IPC
+/// `"none" | "values" | "both" | "adaptive"`).
 ///
-/// The app offers values alone (the recommended cache: it helps every model measured) and
-/// keys too (which helps SmolLM2's 2-bit keys and costs Qwen2.5 +12% to +139% perplexity,
-/// docs/benchmarks.md "Caches across models"); the engine's keys-only rotation is for
-/// experiments. Settings saved when this was an on/off switch read `true` as both and
+/// The app offers values alone (the recommended cache: it helps every model measured), keys
+/// too (which helps SmolLM2's 2-bit keys and costs Qwen2.5 +12% to +139% perplexity), and
+/// a basis chosen per KV head from the cache's first groups (which keeps what rotating keys
+/// gains on SmolLM2 and loses nothing on Qwen2.5; docs/benchmarks.md "Caches across
+/// models"); the engine's keys-only rotation is for experiments. Settings saved when this was an on/off switch read `true` as both and
 /// `false` as none, which is what the switch meant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -61,6 +63,9 @@ pub enum RotationSetting {
     Values,
     /// Keys (after RoPE) and values.
     Both,
+    /// Keys and values each rotated in the KV heads where that quantizes them better,
+    /// chosen at the cache's first flush.
+    Adaptive,
 }
 
 impl RotationSetting {
@@ -70,13 +75,14 @@ impl RotationSetting {
             RotationSetting::None => Rotation::None,
             RotationSetting::Values => Rotation::Values,
             RotationSetting::Both => Rotation::Both,
+            RotationSetting::Adaptive => Rotation::Adaptive,
         }
     }
 
     /// The app's setting for an engine rotation, if the app offers it (keys alone it does
     /// not).
     pub fn from_engine(rotation: Rotation) -> Option<Self> {
-        [Self::None, Self::Values, Self::Both]
+        [Self::None, Self::Values, Self::Both, Self::Adaptive]
             .into_iter()
             .find(|s| s.engine() == rotation)
     }
@@ -90,6 +96,7 @@ impl<'de> Deserialize<'de> for RotationSetting {
             None,
             Values,
             Both,
+            Adaptive,
         }
         #[derive(Deserialize)]
         #[serde(untagged)]
@@ -99,11 +106,14 @@ impl<'de> Deserialize<'de> for RotationSetting {
         }
         Ok(
             match Saved::deserialize(d).map_err(|_| {
-                serde::de::Error::custom("rotation must be \"none\", \"values\" or \"both\"")
+                serde::de::Error::custom(
+                    "rotation must be \"none\", \"values\", \"both\" or \"adaptive\"",
+                )
             })? {
                 Saved::Switch(false) | Saved::Named(Named::None) => RotationSetting::None,
                 Saved::Named(Named::Values) => RotationSetting::Values,
                 Saved::Switch(true) | Saved::Named(Named::Both) => RotationSetting::Both,
+                Saved::Named(Named::Adaptive) => RotationSetting::Adaptive,
             },
         )
     }
@@ -683,6 +693,7 @@ mod tests {
             (json!("none"), RotationSetting::None),
             (json!("values"), RotationSetting::Values),
             (json!("both"), RotationSetting::Both),
+            (json!("adaptive"), RotationSetting::Adaptive),
             (json!(false), RotationSetting::None),
             (json!(true), RotationSetting::Both),
         ] {
@@ -696,7 +707,8 @@ mod tests {
         for bad in [json!("keys"), json!(1), json!(null), json!("Both")] {
             let err = serde_json::from_value::<RotationSetting>(bad.clone()).unwrap_err();
             assert!(
-                err.to_string().contains("\"none\", \"values\" or \"both\""),
+                err.to_string()
+                    .contains("\"none\", \"values\", \"both\" or \"adaptive\""),
                 "{bad}: {err}"
             );
         }

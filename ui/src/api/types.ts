@@ -47,8 +47,9 @@ export type Bits = 2 | 4;
 export type GroupSize = 32 | 64 | 128;
 /** KIVI+ attention sinks the settings offer (0 = none). */
 export type SinkTokens = 0 | 4 | 16;
-/** KIVI+: what the cache stores in a Hadamard basis ("both": keys and values). */
-export type RotationChoice = "none" | "values" | "both";
+/** KIVI+: what the cache stores in a Hadamard basis ("both": keys and values; "adaptive":
+ * each, per KV head, where that quantizes better, chosen from the cache's first groups). */
+export type RotationChoice = "none" | "values" | "both" | "adaptive";
 
 /** How a KV cache is built. `kBits`, `vBits`, `groupSize`, `residualLength`, `sinks` and
  * `rotation` are kept (and validated) in fp16 mode too, so switching back to KIVI restores

@@ -371,7 +371,7 @@ export function SettingsView() {
                 testId="rotation"
                 disabled={!kivi}
                 onChange={(v) => set("rotation", v)}
-                options={ROTATION_CHOICES.map((r) => ({ value: r, label: { none: "Off", values: "Values", both: "Keys and values" }[r] }))}
+                options={ROTATION_CHOICES.map((r) => ({ value: r, label: { none: "Off", values: "Values", both: "Keys and values", adaptive: "Per head" }[r] }))}
               />
             </Field>
             <Field label="Context length" hint={ctxWarn ?? "Tokens the cache may hold: system prompt, documents, conversation and answer."} error={errors.contextLength} errorTestId="context-error">

@@ -42,13 +42,14 @@ export function estimatedRatio(config: CacheConfig, scaleBytes = 2): number {
   return 16 / avgBits;
 }
 
-/** "KIVI K2 V4 · G32 · R128", with KIVI+ " · S4" (sinks) and " · V rotated" or " · K+V rotated";
+/** "KIVI K2 V4 · G32 · R128", with KIVI+ " · S4" (sinks) and " · V rotated", " · K+V rotated"
+ * or " · rotated per head";
  * or "Full precision". */
 export function cacheLabel(config: CacheConfig | null | undefined): string {
   if (!config) return "No cache";
   if (config.mode === "fp16") return "Full precision";
   const sinks = config.sinks > 0 ? ` · S${config.sinks}` : "";
-  const rotated = { none: "", values: " · V rotated", both: " · K+V rotated" }[config.rotation];
+  const rotated = { none: "", values: " · V rotated", both: " · K+V rotated", adaptive: " · rotated per head" }[config.rotation];
   return `KIVI K${config.kBits} V${config.vBits} · G${config.groupSize} · R${config.residualLength}${sinks}${rotated}`;
 }
 

@@ -6,7 +6,7 @@ export const GROUP_CHOICES = [32, 64, 128] as const;
 /** KIVI+ attention sinks (0 = none); the back end accepts these only (`SINK_CHOICES`). */
 export const SINK_CHOICES = [0, 4, 16] as const;
 /** KIVI+ rotations the back end accepts (`RotationSetting`). */
-export const ROTATION_CHOICES = ["none", "values", "both"] as const;
+export const ROTATION_CHOICES = ["none", "values", "both", "adaptive"] as const;
 export const LIMITS = {
   residualLength: { min: 0, max: 4096 },
   contextLength: { min: 512, max: 131_072 },
@@ -68,7 +68,7 @@ export function validateSettings(s: Settings): SettingsErrors {
     e["cache.residualLength"] = "Residual length must be smaller than the context length.";
   }
   if (!(SINK_CHOICES as readonly number[]).includes(cache.sinks)) e["cache.sinks"] = "Sink tokens must be 0, 4 or 16.";
-  if (!(ROTATION_CHOICES as readonly string[]).includes(cache.rotation)) e["cache.rotation"] = "Rotation must be none, values or both.";
+  if (!(ROTATION_CHOICES as readonly string[]).includes(cache.rotation)) e["cache.rotation"] = "Rotation must be none, values, both or adaptive.";
 
   const c = s.contextLength;
   if (!isInt(c) || c < LIMITS.contextLength.min || c > LIMITS.contextLength.max) {

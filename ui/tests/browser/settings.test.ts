@@ -101,6 +101,8 @@ describe("settings", () => {
     expect(await page.getAttribute(tid("rotation-values"), "aria-checked")).toBe("true");
     await notice.waitFor();
     expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · V rotated/);
+    await page.click(tid("rotation-adaptive"));
+    expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · rotated per head/);
     await page.click(tid("rotation-both"));
     expect(await notice.textContent()).toMatch(/KIVI K2 V2 · G32 · R128 · K\+V rotated/);
 

@@ -193,8 +193,8 @@ describe("the types on both sides", () => {
     expect(cache).toMatch(/#\[serde\(default\)\]\s*pub rotation: RotationSetting/);
     // Its names, the same on both sides.
     const names = [...block(rust("store/types.rs"), /pub enum RotationSetting \{/, "RotationSetting").matchAll(/^\s+(\w+),$/gm)].map((m) => m[1]!.toLowerCase());
-    expect(names).toEqual(["none", "values", "both"]);
-    expect(typesTs).toContain('export type RotationChoice = "none" | "values" | "both";');
+    expect(names).toEqual(["none", "values", "both", "adaptive"]);
+    expect(typesTs).toContain('export type RotationChoice = "none" | "values" | "both" | "adaptive";');
   });
 
   it("the validation rules name the same fields and say the same thing", () => {

@@ -49,6 +49,7 @@ describe("labels and estimates", () => {
     expect(cacheLabel(kivi({ rotation: "both" }))).toBe("KIVI K2 V2 · G32 · R128 · K+V rotated");
     expect(cacheLabel(kivi({ sinks: 4, rotation: "values" }))).toBe("KIVI K2 V2 · G32 · R128 · S4 · V rotated");
     expect(cacheLabel(kivi({ sinks: 16, rotation: "both" }))).toBe("KIVI K2 V2 · G32 · R128 · S16 · K+V rotated");
+    expect(cacheLabel(kivi({ sinks: 4, rotation: "adaptive" }))).toBe("KIVI K2 V2 · G32 · R128 · S4 · rotated per head");
     expect(cacheLabel(kivi({ mode: "fp16" }))).toBe("Full precision");
     expect(cacheLabel(kivi({ mode: "fp16", sinks: 4, rotation: "both" }))).toBe("Full precision");
     expect(cacheLabel(null)).toBe("No cache");
@@ -68,6 +69,7 @@ describe("labels and estimates", () => {
     expect(sameCache(kivi(), kivi({ sinks: 4 }))).toBe(false);
     expect(sameCache(kivi(), kivi({ rotation: "both" }))).toBe(false);
     expect(sameCache(kivi({ rotation: "values" }), kivi({ rotation: "both" }))).toBe(false);
+    expect(sameCache(kivi({ rotation: "adaptive" }), kivi({ rotation: "both" }))).toBe(false);
     expect(sameCache(kivi({ sinks: 16, rotation: "both" }), kivi({ sinks: 16, rotation: "both" }))).toBe(true);
     expect(sameCache(kivi({ mode: "fp16", sinks: 16, rotation: "both" }), kivi({ mode: "fp16" }))).toBe(true);
     expect(sameCache(null, kivi())).toBe(false);

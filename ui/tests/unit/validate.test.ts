@@ -63,7 +63,7 @@ describe("validateSettings", () => {
   it("allows 0, 4 or 16 sink tokens, with the same message as the back end", () => {
     for (const n of [0, 4, 16] as const) {
       expect(validateSettings(withCache({ sinks: n }))).toEqual({});
-      for (const rotation of ["none", "values", "both"] as const) expect(validateSettings(withCache({ sinks: n, rotation }))).toEqual({});
+      for (const rotation of ["none", "values", "both", "adaptive"] as const) expect(validateSettings(withCache({ sinks: n, rotation }))).toEqual({});
     }
     for (const n of [1, 2, 3, 5, 8, 32, 128, -4, 4.5, Number.NaN]) {
       expect(validateSettings(withCache({ sinks: n as 4 }))["cache.sinks"]).toBe("Sink tokens must be 0, 4 or 16.");
@@ -75,7 +75,7 @@ describe("validateSettings", () => {
 
   it("allows rotation of nothing, values, or keys and values, with the back end's message", () => {
     for (const bad of ["keys", "on", true, false, ""]) {
-      expect(validateSettings(withCache({ rotation: bad as "none" }))["cache.rotation"]).toBe("Rotation must be none, values or both.");
+      expect(validateSettings(withCache({ rotation: bad as "none" }))["cache.rotation"]).toBe("Rotation must be none, values, both or adaptive.");
     }
   });
 
