@@ -13,6 +13,7 @@ pub mod gpu_rules;
 pub mod hub;
 pub mod loader;
 pub mod model;
+pub(crate) mod runtime;
 pub mod sampling;
 #[cfg(feature = "server")]
 pub mod server;

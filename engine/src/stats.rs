@@ -183,14 +183,14 @@ pub struct Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::FullCache;
+    use crate::cache::CacheConfig;
     use mlx_rs::Array;
 
     #[test]
     fn window_layers_are_summed_apart_and_counted_in_the_total() {
         let mut caches: Vec<Box<dyn KvCache>> = vec![
             Box::new(crate::cache::WindowCache::new(2, &Backend::HOST)),
-            Box::new(FullCache::new(Backend::HOST)),
+            CacheConfig::Full.make(&Backend::HOST),
             Box::new(crate::cache::WindowCache::new(2, &Backend::HOST)),
         ];
         let q = Array::zeros::<f32>(&[1, 2, 300, 4]).unwrap();
@@ -218,8 +218,8 @@ mod tests {
     #[test]
     fn kv_stats_sum_real_cache_buffers() {
         let mut caches: Vec<Box<dyn KvCache>> = vec![
-            Box::new(FullCache::new(Backend::HOST)),
-            Box::new(FullCache::new(Backend::HOST)),
+            CacheConfig::Full.make(&Backend::HOST),
+            CacheConfig::Full.make(&Backend::HOST),
         ];
         let q = Array::zeros::<f32>(&[1, 2, 3, 4]).unwrap();
         let kv = Array::zeros::<f32>(&[1, 1, 3, 4]).unwrap();

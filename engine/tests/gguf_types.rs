@@ -11,7 +11,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use kivi_engine::backend::{Backend, Device, Precision};
-use kivi_engine::cache::{FullCache, KvCache};
+use kivi_engine::cache::{CacheConfig, KvCache};
 use kivi_engine::gguf::{native, GgufHeader};
 use kivi_engine::loader::{load_local, LoadedModel};
 use kivi_kernels::ggml::{self, BlockType};
@@ -116,9 +116,7 @@ fn every_type_decodes_as_the_gguf_package_does() {
 }
 
 fn caches(n: usize, backend: Backend) -> Vec<Box<dyn KvCache>> {
-    (0..n)
-        .map(|_| Box::new(FullCache::new(backend)) as Box<dyn KvCache>)
-        .collect()
+    (0..n).map(|_| CacheConfig::Full.make(&backend)).collect()
 }
 
 /// Logits `[L][vocab]` of `tokens` in one pass.

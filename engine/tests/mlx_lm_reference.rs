@@ -11,7 +11,7 @@ mod offline;
 use std::path::Path;
 
 use kivi_engine::backend::{Activations, Backend, Device, Precision};
-use kivi_engine::cache::{FullCache, KvCache};
+use kivi_engine::cache::{CacheConfig, KvCache};
 use kivi_engine::loader::{load_local, LoadedModel};
 use kivi_engine::sampling::SamplingParams;
 use kivi_engine::session::Request;
@@ -50,9 +50,7 @@ fn ids(v: &Value) -> Vec<u32> {
 }
 
 fn caches(n: usize, backend: Backend) -> Vec<Box<dyn KvCache>> {
-    (0..n)
-        .map(|_| Box::new(FullCache::new(backend)) as Box<dyn KvCache>)
-        .collect()
+    (0..n).map(|_| CacheConfig::Full.make(&backend)).collect()
 }
 
 /// The float32 paths: the host kernels, and MLX's operations (the graph a Mac runs, on

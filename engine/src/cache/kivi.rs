@@ -60,9 +60,9 @@ use kivi_kernels::{
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
 use super::config::KiviConfig;
-use super::host_kv::host_floats;
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::backend::Backend;
+use crate::runtime::host::kv::host_floats;
 use basis::{HeadBasis, QueryEnergy};
 use window::{HostAppend, Roll, Window};
 

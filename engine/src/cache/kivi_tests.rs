@@ -12,7 +12,7 @@ use mlx_rs::{ops::indexing::TryIndexOp, Array, Dtype};
 
 use super::*;
 use crate::backend::{Device, Precision};
-use crate::cache::{FullCache, KiviConfig, KvCache};
+use crate::cache::{CacheConfig, KiviConfig, KvCache};
 
 /// The host kernels (the CPU's default), MLX's operations in float32, and MLX's operations
 /// in float16 (a Mac's configuration, on the CPU).
@@ -353,7 +353,7 @@ fn attention_matches_the_reference_cache() {
 fn before_the_first_flush_it_equals_the_full_cache() {
     let stream = Stream::new(4, 60);
     let mut kivi = KiviCache::new(config(2, 2, 32, 32), HOST);
-    let mut full = FullCache::new(HOST);
+    let mut full = CacheConfig::Full.make(&HOST);
     let mut at = 0;
     for len in [20, 1, 1, 30, 1] {
         let (q, k, v) = stream.chunk(at, at + len);
@@ -456,7 +456,7 @@ fn an_adaptive_basis_reads_like_the_full_cache_before_anything_is_quantized() {
     let stream = Stream::new(14, 70);
     let config = plus(config(2, 2, 32, 32), 4, Rotation::Adaptive);
     let mut kivi = KiviCache::new(config, HOST);
-    let mut full = FullCache::new(HOST);
+    let mut full = CacheConfig::Full.make(&HOST);
     let half = |x: &Array| {
         x.as_dtype(Dtype::Float16)
             .unwrap()

@@ -15,8 +15,8 @@ use half::f16;
 use kivi_kernels::Residual;
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::cache::host_kv::HostKv;
 use crate::cache::CacheError;
+use crate::runtime::host::kv::HostKv;
 
 /// The residual tokens (the sinks, then the window).
 #[derive(Debug, Clone)]

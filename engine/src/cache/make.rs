@@ -1,20 +1,26 @@
 //! Making the caches a configuration names, for the backend a model runs on and for the
 //! attention of each of its layers.
 
+use kivi_kernels::Kernels;
+
 use super::config::CacheConfig;
-use super::full::FullCache;
 use super::kivi::KiviCache;
 use super::window::WindowCache;
 use super::KvCache;
 use crate::backend::Backend;
 use crate::model::ModelConfig;
+use crate::runtime::{host::full::HostFullCache, mlx::full::MlxFullCache};
 
 impl CacheConfig {
     /// A new, empty cache for a layer that attends to every position, of a model running on
     /// `backend`.
     pub fn make(&self, backend: &Backend) -> Box<dyn KvCache> {
         match self {
-            CacheConfig::Full => Box::new(FullCache::new(*backend)),
+            // The one place a full cache's storage follows the runtime.
+            CacheConfig::Full => match backend.kernels() {
+                Kernels::Host => Box::<HostFullCache>::default(),
+                Kernels::Mlx => Box::<MlxFullCache>::default(),
+            },
             CacheConfig::Kivi(config) => Box::new(KiviCache::new(*config, *backend)),
         }
     }

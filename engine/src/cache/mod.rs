@@ -5,7 +5,8 @@
 //! cache kind owns both its storage and the attention over it, so no model ever sees
 //! packed data and a new cache kind touches no model.
 //!
-//! - [`FullCache`]: keys and values as they arrive.
+//! - the full-precision cache (`CacheConfig::Full`): keys and values as they arrive, in
+//!   the runtime's storage (`runtime/host/full.rs`, `runtime/mlx/full.rs`).
 //! - [`KiviCache`]: KIVI, quantized history plus a full-precision residual window.
 //! - [`WindowCache`]: a sliding-window layer's newest positions (Gemma 3's local layers),
 //!   whatever the cache setting: each layer gets the cache its attention needs
@@ -16,14 +17,12 @@
 
 mod config;
 pub mod file;
-mod full;
-mod host_kv;
+pub(crate) mod full;
 mod kivi;
 mod make;
 mod window;
 
 pub use config::{CacheConfig, ConfigError, KiviConfig, RECOMMENDED};
-pub use full::FullCache;
 pub use kivi::{KiviBytes, KiviCache};
 pub use kivi_kernels::{KeyAxis, Rotation};
 pub use window::{WindowCache, TRUNCATE_SLACK};

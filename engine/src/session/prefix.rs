@@ -129,12 +129,11 @@ fn new_or_least_recent(slots: &[Slot], max_slots: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::FullCache;
 
     fn slot(tokens: &[u32]) -> Slot {
         let mut s = Slot::new(
             CacheConfig::Full,
-            vec![Box::new(FullCache::new(crate::backend::Backend::HOST))],
+            vec![CacheConfig::Full.make(&crate::backend::Backend::HOST)],
         );
         s.tokens = tokens.to_vec();
         s

@@ -10,23 +10,23 @@ use half::{f16, slice::HalfFloatSliceExt};
 use kivi_kernels::{host::readable, HostWindow};
 use mlx_rs::Array;
 
-use super::CacheError;
+use crate::cache::CacheError;
 
 /// Host buffers `[B * H, capacity, D]` of keys and values.
 #[derive(Debug, Clone)]
-pub(super) struct HostKv {
-    pub(super) batch: usize,
-    pub(super) heads: usize,
-    pub(super) key_dim: usize,
-    pub(super) value_dim: usize,
-    pub(super) len: usize,
+pub(crate) struct HostKv {
+    pub(crate) batch: usize,
+    pub(crate) heads: usize,
+    pub(crate) key_dim: usize,
+    pub(crate) value_dim: usize,
+    pub(crate) len: usize,
     capacity: usize,
     keys: Vec<f16>,
     values: Vec<f16>,
 }
 
 impl HostKv {
-    pub(super) fn new(batch: usize, heads: usize, key_dim: usize, value_dim: usize) -> Self {
+    pub(crate) fn new(batch: usize, heads: usize, key_dim: usize, value_dim: usize) -> Self {
         Self {
             batch,
             heads,
@@ -41,7 +41,7 @@ impl HostKv {
 
     /// Buffers with room for `capacity` tokens (at least those given) holding `keys` and
     /// `values`, `[B, H, T, D]` arrays of any float dtype (checked by the caller).
-    pub(super) fn from_arrays(
+    pub(crate) fn from_arrays(
         keys: &Array,
         values: &Array,
         capacity: usize,
@@ -57,12 +57,12 @@ impl HostKv {
         Ok(store)
     }
 
-    pub(super) fn pairs(&self) -> usize {
+    pub(crate) fn pairs(&self) -> usize {
         self.batch * self.heads
     }
 
     /// Whether tokens of these dimensions fit the buffers.
-    pub(super) fn fits(
+    pub(crate) fn fits(
         &self,
         batch: usize,
         heads: usize,
@@ -73,12 +73,12 @@ impl HostKv {
     }
 
     /// Bytes allocated, headroom included.
-    pub(super) fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         ((self.keys.len() + self.values.len()) * std::mem::size_of::<f16>()) as u64
     }
 
     /// Makes room for `needed` tokens: exactly for the first append, with headroom after.
-    pub(super) fn reserve(&mut self, needed: usize) {
+    pub(crate) fn reserve(&mut self, needed: usize) {
         if needed > self.capacity {
             let capacity = if self.capacity == 0 {
                 needed
@@ -90,7 +90,7 @@ impl HostKv {
     }
 
     /// Moves the held tokens into buffers of `capacity` tokens (at least the held ones).
-    pub(super) fn resize(&mut self, capacity: usize) {
+    pub(crate) fn resize(&mut self, capacity: usize) {
         let capacity = capacity.max(self.len);
         if capacity == self.capacity {
             return;
@@ -110,7 +110,7 @@ impl HostKv {
     }
 
     /// Appends `[B, H, L, D]` keys and values given as host slices, rounded to float16.
-    pub(super) fn append(&mut self, keys: &[f32], values: &[f32], len: usize) {
+    pub(crate) fn append(&mut self, keys: &[f32], values: &[f32], len: usize) {
         self.reserve(self.len + len);
         let (cap, at) = (self.capacity, self.len);
         for (buffer, new, dim) in [
@@ -128,7 +128,7 @@ impl HostKv {
     /// Tokens `from..from + n` of every pair, `[B * H, n, D]` keys and values, of what is
     /// held followed by `keys` and `values` (`[B, H, L, D]`, not yet appended, rounded as
     /// [`Self::append`] rounds them).
-    pub(super) fn rows_with(
+    pub(crate) fn rows_with(
         &self,
         keys: &[f32],
         values: &[f32],
@@ -158,7 +158,7 @@ impl HostKv {
     }
 
     /// Drops tokens `from..from + n` of every pair; the later ones move down.
-    pub(super) fn remove(&mut self, from: usize, n: usize) {
+    pub(crate) fn remove(&mut self, from: usize, n: usize) {
         let (cap, len) = (self.capacity, self.len);
         for (buffer, dim) in [
             (&mut self.keys, self.key_dim),
@@ -173,7 +173,7 @@ impl HostKv {
     }
 
     /// The buffers as the kernels read them.
-    pub(super) fn window(&self) -> HostWindow<'_> {
+    pub(crate) fn window(&self) -> HostWindow<'_> {
         HostWindow {
             keys: &self.keys,
             values: &self.values,
@@ -188,7 +188,7 @@ impl HostKv {
 }
 
 /// A float32 array's data on the host.
-pub(super) fn host_floats(a: &Array) -> Result<&[f32], CacheError> {
+pub(crate) fn host_floats(a: &Array) -> Result<&[f32], CacheError> {
     a.try_as_slice::<f32>()
         .map_err(|e| CacheError::Shape(format!("cannot read an array on the host: {e}")))
 }

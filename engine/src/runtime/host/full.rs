@@ -1,0 +1,148 @@
+//! The host runtime's full-precision cache: host float16 buffers `[B * H, capacity, D]`
+//! (the backend's [`Backend::storage_dtype`](crate::backend::Backend::storage_dtype), as
+//! other CPU engines keep their caches: half the bytes of float32 for every decode step to
+//! read) that grow with a little headroom (1/64 of the length, at least 4 tokens), so that
+//! a decode step writes one token instead of copying the whole cache.
+//!
+//! A decode step runs the fused kernel's window loops
+//! ([`kivi_kernels::fused::decode_window`]: float16 converted a chunk at a time, the tokens
+//! shared out among threads); a prompt chunk converts the held tokens to float32 once and
+//! runs the host kernel ([`kivi_kernels::host::attention`]: BLAS products and a vectorized
+//! softmax). Appending by concatenation copied the whole cache every step (12.6 MB per layer
+//! at 8k tokens, as much as attention itself reads), and MLX's CPU softmax computes `exp`
+//! one lane at a time.
+
+use kivi_kernels::{
+    fused,
+    host::{
+        attention::{self as host_attention, Segment, Shape},
+        readable,
+    },
+};
+use mlx_rs::{Array, Dtype};
+
+use super::kv::{host_floats, HostKv};
+use crate::cache::full::{check_call, differs, restored, stats};
+use crate::cache::{CacheError, CacheState, KvCache, LayerKvStats};
+
+/// Keys and values of one layer in host buffers.
+#[derive(Default)]
+pub(crate) struct HostFullCache {
+    kv: Option<HostKv>,
+}
+
+impl KvCache for HostFullCache {
+    fn attend(
+        &mut self,
+        queries: &Array,
+        keys: &Array,
+        values: &Array,
+        scale: f32,
+    ) -> Result<Array, CacheError> {
+        let call = check_call(queries, keys, values)?;
+        let (b, h, l, dk, dv, qh) = (
+            call.batch,
+            call.kv_heads,
+            call.len,
+            call.key_dim,
+            call.value_dim,
+            call.heads,
+        );
+        let host = self.kv.get_or_insert_with(|| HostKv::new(b, h, dk, dv));
+        if !host.fits(b, h, dk, dv) {
+            return Err(differs(keys, values));
+        }
+        let (k, v, q) = (
+            readable::<f32>(keys)?,
+            readable::<f32>(values)?,
+            readable::<f32>(queries)?,
+        );
+        host.append(host_floats(&k)?, host_floats(&v)?, l);
+        let shape = Shape {
+            batch: b,
+            heads: qh,
+            kv_heads: h,
+            queries: l,
+            dim: dk,
+            value_dim: dv,
+        };
+        let out = if l == 1 {
+            fused::decode_window(host_floats(&q)?, qh, host.window(), scale)?
+        } else {
+            let window = host.window();
+            let (keys, values) = (window.float32(true), window.float32(false));
+            let segment = |data, dim: usize| Segment {
+                data,
+                len: host.len,
+                head_stride: host.len * dim,
+                row_stride: dim,
+                channel_major: false,
+            };
+            let mut out = vec![0f32; b * qh * l * dv];
+            host_attention::attend(
+                host_floats(&q)?,
+                shape,
+                &[segment(&keys, dk)],
+                &[segment(&values, dv)],
+                scale,
+                &mut out,
+            )?;
+            out
+        };
+        let out = Array::from_slice(&out, &[b as i32, qh as i32, l as i32, dv as i32]);
+        Ok(if queries.dtype() == Dtype::Float32 {
+            out
+        } else {
+            out.as_dtype(queries.dtype())?
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.kv.as_ref().map_or(0, |kv| kv.len)
+    }
+
+    fn truncate(&mut self, len: usize) -> Result<usize, CacheError> {
+        let keep = len.min(self.len());
+        match &mut self.kv {
+            // The buffers keep their capacity: a shared prefix is usually followed by new
+            // tokens at once.
+            Some(kv) if keep > 0 => kv.len = keep,
+            _ => self.kv = None,
+        }
+        Ok(keep)
+    }
+
+    fn stats(&self) -> LayerKvStats {
+        match &self.kv {
+            None => stats(0, 0, 0),
+            Some(kv) => stats(
+                kv.len,
+                kv.bytes(),
+                (kv.pairs() * kv.len * (kv.key_dim + kv.value_dim)) as u64,
+            ),
+        }
+    }
+
+    fn state(&self) -> Result<CacheState, CacheError> {
+        let arrays = match &self.kv {
+            None => Vec::new(),
+            Some(kv) => {
+                let (keys, values) = kv.window().arrays();
+                vec![("keys".to_string(), keys), ("values".to_string(), values)]
+            }
+        };
+        mlx_rs::transforms::eval(arrays.iter().map(|(_, a)| a))?;
+        Ok(CacheState {
+            tokens: self.len(),
+            arrays,
+        })
+    }
+
+    fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
+        self.kv = match restored(state)? {
+            Some((keys, values)) => Some(HostKv::from_arrays(&keys, &values, 0)?),
+            None => None,
+        };
+        Ok(())
+    }
+}

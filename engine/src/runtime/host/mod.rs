@@ -1,0 +1,4 @@
+//! The host runtime's cache storage.
+
+pub(crate) mod full;
+pub(crate) mod kv;

@@ -1,0 +1,3 @@
+//! The MLX runtime's cache storage.
+
+pub(crate) mod full;

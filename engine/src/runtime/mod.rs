@@ -1,0 +1,14 @@
+//! The two runtimes a model runs on, each holding the cache storage that keeps its tensors
+//! where its operations read them:
+//!
+//! - [`host`]: plain-Rust kernels over host memory (the CPU backends): float16 buffers
+//!   written in place, read by the host attention kernels;
+//! - [`mlx`]: MLX operations on the backend's device (a Mac's GPU, or the CPU): MLX
+//!   buffers and MLX's fused attention.
+//!
+//! The rules a cache kind follows on either runtime (what it accepts, what it reports, what
+//! a saved state must hold) live with the kind in [`crate::cache`]; which runtime's storage
+//! a new cache gets is decided once, in `CacheConfig::make`.
+
+pub(crate) mod host;
+pub(crate) mod mlx;
