@@ -751,6 +751,8 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
             config(4, 4, 32, 128),
             config(4, 2, 64, 128),
             plus(config(2, 2, 32, 32), 4, Rotation::Both),
+            // Whatever the adaptive basis chose, head by head.
+            plus(config(2, 2, 32, 32), 4, Rotation::Adaptive),
         ] {
             let mut cache = KiviCache::new(config, backend);
             let compute = |a: Array| a.as_dtype(backend.compute_dtype()).unwrap();
@@ -772,15 +774,21 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
                 [Vec::new(), Vec::new(), Vec::new()],
                 [Vec::new(), Vec::new(), Vec::new()],
             );
+            let adaptive = config.rotation().adaptive();
+            let chosen = cache.adaptive.as_ref().and_then(|a| a.chosen.clone());
+            if adaptive {
+                assert!(chosen.is_some(), "chosen at the first flush");
+            }
             for h in 0..KV_HEADS {
                 let (hk, hv) = stream.head(h, sinks + q);
                 // What the cache quantizes: the tokens after the sinks, as the model hands
-                // them over (in its compute dtype), in the cache's basis, then stored.
+                // them over (in its compute dtype; an adaptive basis rounds them to the
+                // storage dtype before it rotates), in the cache's basis, then stored.
                 let stored = |x: &[f32], rotate: bool| {
                     let mut x: Vec<f32> = x[sinks * DIM..]
                         .iter()
                         .map(|&v| match backend.precision() {
-                            Precision::F32 => v,
+                            Precision::F32 if !adaptive => v,
                             _ => storage.round(v),
                         })
                         .collect();
@@ -789,10 +797,11 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
                     }
                     x.iter().map(|&v| storage.round(v)).collect::<Vec<_>>()
                 };
-                let (hk, hv) = (
-                    stored(hk, config.rotation().keys()),
-                    stored(hv, config.rotation().values()),
-                );
+                let (rotate_k, rotate_v) = match &chosen {
+                    Some(basis) => (basis.keys[h], basis.values[h]),
+                    None => (config.rotation().keys(), config.rotation().values()),
+                };
+                let (hk, hv) = (stored(hk, rotate_k), stored(hv, rotate_v));
                 let rounded = |x: &[f32]| x.to_vec();
                 let keys = reference::quantize_rows_stored(
                     &reference::transpose(&rounded(&hk), q, DIM),
