@@ -88,6 +88,36 @@ pub(crate) fn stats(tokens: usize, held_bytes: u64, elements: u64) -> LayerKvSta
     }
 }
 
+/// Keeps the first `len` of the positions `store` holds (its count, `held`), or drops the
+/// store when that is none; returns the positions kept. The buffers keep their capacity: a
+/// shared prefix is usually followed by new tokens at once.
+pub(crate) fn truncate<S>(
+    store: &mut Option<S>,
+    len: usize,
+    held: impl Fn(&mut S) -> &mut usize,
+) -> usize {
+    let kept = store.as_mut().map_or(0, |s| {
+        let kept = len.min(*held(s));
+        *held(s) = kept;
+        kept
+    });
+    if kept == 0 {
+        *store = None;
+    }
+    kept
+}
+
+/// The saved state of a full cache holding `tokens` positions as `kv` (keys, values
+/// `[B, H, T, D]` of exactly those positions), evaluated.
+pub(crate) fn state(tokens: usize, kv: Option<(Array, Array)>) -> Result<CacheState, CacheError> {
+    let arrays = match kv {
+        None => Vec::new(),
+        Some((keys, values)) => vec![("keys".to_string(), keys), ("values".to_string(), values)],
+    };
+    mlx_rs::transforms::eval(arrays.iter().map(|(_, a)| a))?;
+    Ok(CacheState { tokens, arrays })
+}
+
 /// The keys and values `[B, H, T, D]` of a saved full cache, checked (`None`: empty).
 pub(crate) fn restored(state: CacheState) -> Result<Option<(Array, Array)>, CacheError> {
     let bad = |why: String| Err(CacheError::State(why));

@@ -22,7 +22,7 @@ use kivi_kernels::{
 use mlx_rs::{Array, Dtype};
 
 use super::kv::{host_floats, HostKv};
-use crate::cache::full::{check_call, differs, restored, stats};
+use crate::cache::full::{check_call, differs, restored, state, stats, truncate};
 use crate::cache::{CacheError, CacheState, KvCache, LayerKvStats};
 
 /// Keys and values of one layer in host buffers.
@@ -102,14 +102,7 @@ impl KvCache for HostFullCache {
     }
 
     fn truncate(&mut self, len: usize) -> Result<usize, CacheError> {
-        let keep = len.min(self.len());
-        match &mut self.kv {
-            // The buffers keep their capacity: a shared prefix is usually followed by new
-            // tokens at once.
-            Some(kv) if keep > 0 => kv.len = keep,
-            _ => self.kv = None,
-        }
-        Ok(keep)
+        Ok(truncate(&mut self.kv, len, |kv| &mut kv.len))
     }
 
     fn stats(&self) -> LayerKvStats {
@@ -124,18 +117,8 @@ impl KvCache for HostFullCache {
     }
 
     fn state(&self) -> Result<CacheState, CacheError> {
-        let arrays = match &self.kv {
-            None => Vec::new(),
-            Some(kv) => {
-                let (keys, values) = kv.window().arrays();
-                vec![("keys".to_string(), keys), ("values".to_string(), values)]
-            }
-        };
-        mlx_rs::transforms::eval(arrays.iter().map(|(_, a)| a))?;
-        Ok(CacheState {
-            tokens: self.len(),
-            arrays,
-        })
+        let kv = self.kv.as_ref().map(|kv| kv.window().arrays());
+        state(self.len(), kv)
     }
 
     fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {

@@ -14,7 +14,7 @@ use mlx_rs::{
     Array,
 };
 
-use crate::cache::full::{check_call, differs, restored, stats};
+use crate::cache::full::{check_call, differs, restored, state, stats, truncate};
 use crate::cache::{CacheError, CacheState, KvCache, LayerKvStats};
 
 /// Keys and values of one layer in MLX buffers.
@@ -137,14 +137,7 @@ impl KvCache for MlxFullCache {
     }
 
     fn truncate(&mut self, len: usize) -> Result<usize, CacheError> {
-        let keep = len.min(self.len());
-        match &mut self.kv {
-            // The buffers keep their capacity: a shared prefix is usually followed by new
-            // tokens at once.
-            Some(kv) if keep > 0 => kv.len = keep,
-            _ => self.kv = None,
-        }
-        Ok(keep)
+        Ok(truncate(&mut self.kv, len, |kv| &mut kv.len))
     }
 
     fn stats(&self) -> LayerKvStats {
@@ -159,22 +152,15 @@ impl KvCache for MlxFullCache {
     }
 
     fn state(&self) -> Result<CacheState, CacheError> {
-        let arrays = match &self.kv {
-            None => Vec::new(),
+        // Copies of exactly the held tokens: a view would save the headroom too.
+        let kv = match &self.kv {
             Some(kv) => {
-                // Copies of exactly the held tokens: a view would save the headroom too.
                 let (keys, values) = kv.held();
-                vec![
-                    ("keys".to_string(), keys.contiguous()?),
-                    ("values".to_string(), values.contiguous()?),
-                ]
+                Some((keys.contiguous()?, values.contiguous()?))
             }
+            None => None,
         };
-        mlx_rs::transforms::eval(arrays.iter().map(|(_, a)| a))?;
-        Ok(CacheState {
-            tokens: self.len(),
-            arrays,
-        })
+        state(self.len(), kv)
     }
 
     fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
