@@ -43,36 +43,35 @@
 //! arrays are lazy until the caller evaluates the attention output (or calls
 //! [`KiviCache::eval`]).
 //!
-//! The backend chooses the kernels: with the host kernels, new tokens are written into the
-//! host window (`kivi_window.rs`), flushed tokens are quantized and joined to the history
-//! on the host ([`kivi_kernels::host::quantize`]) and attention runs the CPU kernels; with
-//! MLX, all three are MLX operations, the path a Mac runs. The two give the same bits
-//! (`kivi_tests.rs`).
+//! The runtime the model runs on holds the window and does the arithmetic
+//! ([`KiviRuntime`], `kivi_runtime.rs`): on the host runtime new tokens are written into
+//! host buffers, flushed tokens are quantized and joined to the history by the host
+//! kernels and attention runs the CPU kernels; on MLX all three are MLX operations, the
+//! path a Mac runs. Everything here is written once over it, and the two give the same
+//! bits (`kivi_tests.rs`).
 
 use kivi_kernels::{
-    attention,
-    host::{self, readable},
-    mlx_quant::{self, QuantizedArray},
-    quantized_after,
-    reference::Storage,
-    rotation, sink_len, CacheView, KernelError, Kernels, KeyAxis, QuantSpec,
+    attention, host::readable, mlx_quant::QuantizedArray, quantized_after, reference::Storage,
+    rotation, sink_len, CacheView, KernelError, KeyAxis, QuantSpec,
 };
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
 use super::config::KiviConfig;
+use super::kivi_runtime::{KiviRuntime, ResidualWindow, Step};
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
-use crate::backend::Backend;
 use crate::runtime::host::kv::host_floats;
 use basis::{HeadBasis, QueryEnergy};
-use window::{HostAppend, Roll, Window};
+
+/// A runtime's window cut, as [`ResidualWindow::cut`] takes it.
+type Cut<R> = <<R as KiviRuntime>::Window as ResidualWindow>::Cut;
 
 /// The groups a call moves from the window to the history: quantized as the call's tokens
 /// enter the window, joined to the history after the call's queries have read them.
-struct Leaving {
+struct Leaving<C> {
     /// The history with the new groups joined (`None`: unchanged).
     history: Option<(QuantizedArray, QuantizedArray)>,
-    /// How the window drops them.
-    cut: window::Cut,
+    /// How the window drops them (`None`: nothing was appended).
+    cut: Option<C>,
     /// Quantized positions after the move.
     quantized: usize,
 }
@@ -87,10 +86,18 @@ struct Adaptive {
 
 /// What an append changes in an adaptive basis, worked out before anything changes: the
 /// window rewritten in a basis just chosen, and the basis's state after the call.
-#[derive(Default)]
-struct Next {
-    window: Option<Window>,
+struct Next<W> {
+    window: Option<W>,
     adaptive: Option<Adaptive>,
+}
+
+impl<W> Default for Next<W> {
+    fn default() -> Self {
+        Self {
+            window: None,
+            adaptive: None,
+        }
+    }
 }
 
 /// The KV heads a rotation applies to.
@@ -152,24 +159,22 @@ impl KiviBytes {
     }
 }
 
-/// One layer's KIVI cache.
-pub struct KiviCache {
+/// One layer's KIVI cache, on the runtime `R`.
+pub(crate) struct KiviCache<R: KiviRuntime> {
     config: KiviConfig,
     dims: Option<Dims>,
     keys: Option<QuantizedArray>,
     values: Option<QuantizedArray>,
-    window: Option<Window>,
+    window: Option<R::Window>,
     tokens: usize,
     quantized: usize,
-    /// Which kernels append to the window and attend.
-    kernels: Kernels,
     /// The dtype of scales, zeros and the residual window.
     storage: Dtype,
     /// With an adaptive rotation, its state.
     adaptive: Option<Adaptive>,
 }
 
-impl std::fmt::Debug for KiviCache {
+impl<R: KiviRuntime> std::fmt::Debug for KiviCache<R> {
     // Array's Debug prints (and evaluates) the data; show the bookkeeping only.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KiviCache")
@@ -181,13 +186,10 @@ impl std::fmt::Debug for KiviCache {
     }
 }
 
-impl KiviCache {
-    /// An empty cache for a model running on `backend`.
-    pub fn new(config: KiviConfig, backend: Backend) -> Self {
-        Self::empty(config, backend.kernels(), backend.storage_dtype())
-    }
-
-    fn empty(config: KiviConfig, kernels: Kernels, storage: Dtype) -> Self {
+impl<R: KiviRuntime> KiviCache<R> {
+    /// An empty cache keeping scales, zeros and the window in `storage`
+    /// ([`Backend::storage_dtype`](crate::backend::Backend::storage_dtype)).
+    pub(crate) fn new(config: KiviConfig, storage: Dtype) -> Self {
         Self {
             config,
             dims: None,
@@ -196,7 +198,6 @@ impl KiviCache {
             window: None,
             tokens: 0,
             quantized: 0,
-            kernels,
             storage,
             adaptive: config.rotation().adaptive().then(Adaptive::default),
         }
@@ -230,16 +231,19 @@ impl KiviCache {
         }
     }
 
+    #[cfg(test)]
     /// The settings.
     pub fn config(&self) -> &KiviConfig {
         &self.config
     }
 
+    #[cfg(test)]
     /// Positions stored quantized.
     pub fn quantized_len(&self) -> usize {
         self.quantized
     }
 
+    #[cfg(test)]
     /// Appends keys and values `[B, H, L, D]` (in the model's basis: KIVI+'s rotation is
     /// applied here) and applies the flush rule, without attention.
     pub fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
@@ -260,13 +264,13 @@ impl KiviCache {
         keys: &Array,
         values: &Array,
         queries: Option<&Array>,
-    ) -> Result<Leaving, CacheError> {
+    ) -> Result<Leaving<Cut<R>>, CacheError> {
         let dims = self.check_new(keys, values)?;
         let len = keys.dim(2) as usize;
         if len == 0 {
             return Ok(Leaving {
                 history: None,
-                cut: window::Cut::Keep,
+                cut: None,
                 quantized: self.quantized,
             });
         }
@@ -281,59 +285,27 @@ impl KiviCache {
         );
         let flush = quantized - self.quantized;
         let (keys, values, next) = self.in_basis(keys, values, queries, flush > 0, dims)?;
-        let (keys, values) = (&keys, &values);
         let held = next.window.as_ref().or(self.window.as_ref());
-        let host_tokens = match self.kernels {
-            Kernels::Host => Some((readable::<f32>(keys)?, readable::<f32>(values)?)),
-            Kernels::Mlx => None,
+        let step = Step {
+            sinks,
+            flush,
+            room: self.config.residual_room(),
+            dtype: dims.dtype,
         };
-        let (flushed, roll) = match &host_tokens {
-            Some((k, v)) => {
-                let [b, h, dk, dv] = [dims.batch, dims.heads, dims.key_dim, dims.value_dim];
-                let add = HostAppend {
-                    keys: host_floats(k)?,
-                    values: host_floats(v)?,
-                    shape: [b as usize, h as usize, len, dk as usize, dv as usize],
-                    sinks,
-                    flush,
-                    room: self.config.residual_room(),
-                };
-                window::roll_host(held, add)?
-            }
-            None => {
-                let (held_k, held_v) = match held {
-                    Some(Window::Mlx { keys, values }) => (Some(keys), Some(values)),
-                    Some(Window::Host(_)) => {
-                        return Err(CacheError::Shape("a host window on MLX kernels".into()))
-                    }
-                    None => (None, None),
-                };
-                let k = window::roll_mlx(held_k, keys, sinks, flush, dims.dtype)?;
-                let v = window::roll_mlx(held_v, values, sinks, flush, dims.dtype)?;
-                let kept = k
-                    .kept
-                    .zip(v.kept)
-                    .map(|(keys, values)| Window::Mlx { keys, values });
-                let joined = Window::Mlx {
-                    keys: k.joined,
-                    values: v.joined,
-                };
-                (k.flushed.zip(v.flushed), Roll::Mlx { joined, kept })
-            }
-        };
+        let (flushed, entry) = R::Window::plan(held, &keys, &values, step)?;
         let history = match flushed {
             Some((old_k, old_v)) => {
                 let (new_k, key_axis) = self.quantize_keys(&old_k, dims)?;
-                let new_v = self.quantize(&old_v, self.value_spec(dims)?, false)?;
+                let new_v = R::quantize(&old_v, self.value_spec(dims)?, false)?;
                 Some((
-                    self.extend(self.keys.as_ref(), new_k, key_axis)?,
-                    self.extend(self.values.as_ref(), new_v, -2)?,
+                    Self::extend(self.keys.as_ref(), new_k, key_axis)?,
+                    Self::extend(self.values.as_ref(), new_v, -2)?,
                 ))
             }
             None => None,
         };
         let held = next.window.or_else(|| self.window.take());
-        let (joined, cut) = roll.enter(held);
+        let (joined, cut) = R::Window::enter(entry, held);
         self.window = Some(joined);
         if let (Some(adaptive), Some(state)) = (&mut self.adaptive, next.adaptive) {
             *adaptive = state;
@@ -342,34 +314,36 @@ impl KiviCache {
         self.tokens = total;
         Ok(Leaving {
             history,
-            cut,
+            cut: Some(cut),
             quantized,
         })
     }
 
     /// Moves the groups [`Self::admit`] quantized from the window to the history.
-    fn leave(&mut self, leaving: Leaving) {
+    fn leave(&mut self, leaving: Leaving<Cut<R>>) {
         if let Some((keys, values)) = leaving.history {
             self.keys = Some(keys);
             self.values = Some(values);
         }
-        self.window = leaving.cut.apply(self.window.take());
+        self.window = match (leaving.cut, self.window.take()) {
+            (Some(cut), Some(window)) => R::Window::cut(cut, window),
+            (_, window) => window,
+        };
         self.quantized = leaving.quantized;
     }
 
     /// Keeps the first `keep` residual tokens.
     fn keep_window(&mut self, keep: usize) -> Result<(), CacheError> {
         self.window = match self.window.take() {
-            Some(w) => w.truncated(keep)?,
-            None => None,
+            Some(w) if keep > 0 => Some(w.truncated(keep)?),
+            _ => None,
         };
         Ok(())
     }
 
     /// `x·H` along the last axis (KIVI+'s basis) in the heads `heads` names, computed in
-    /// float32 and returned in `x`'s dtype: on the host with the host kernels, else as MLX
-    /// operations (the same bits). `x` is `[B, heads, L, D]`; with a choice per KV head, a
-    /// tensor of query heads follows each one's KV head.
+    /// float32 by the runtime and returned in `x`'s dtype. `x` is `[B, heads, L, D]`; with a
+    /// choice per KV head, a tensor of query heads follows each one's KV head.
     fn rotated(&self, x: &Array, heads: Heads<'_>) -> Result<Array, CacheError> {
         let mask = match heads {
             Heads::None => return Ok(x.clone()),
@@ -379,48 +353,29 @@ impl KiviCache {
         if x.size() == 0 {
             return Ok(x.clone());
         }
-        let &[b, h, l, d] = x.shape() else {
+        let &[b, h, _, _] = x.shape() else {
             return Err(CacheError::Shape(format!(
                 "cannot rotate an array of shape {:?}",
                 x.shape()
             )));
         };
-        let (b, h, l, d) = (b as usize, h as usize, l as usize, d as usize);
-        let per_kv = mask.map_or(1, |m| h / (m.len() / b.max(1)).max(1));
-        if mask.is_some_and(|m| per_kv == 0 || m.len() * per_kv != b * h) {
-            return Err(CacheError::Shape(format!(
-                "{h} heads do not follow the basis of {} KV heads",
-                mask.map_or(0, <[bool]>::len)
-            )));
-        }
-        // Whether head `i` of `x` (batch-major) is rotated.
-        let on = |i: usize| mask.is_none_or(|m| m[i / per_kv]);
-        let dtype = x.dtype();
-        let out = if self.kernels == Kernels::Host {
-            let x = readable::<f32>(x)?;
-            let mut data = x
-                .try_as_slice::<f32>()
-                .map_err(|e| CacheError::Shape(format!("cannot read an array to rotate: {e}")))?
-                .to_vec();
-            for (i, head) in data.chunks_exact_mut(l * d).enumerate() {
-                if on(i) {
-                    rotation::rotate_rows(head, d)?;
+        let (b, h) = (b as usize, h as usize);
+        // Each of `x`'s heads, batch-major, follows its KV head's choice.
+        let on: Option<Vec<bool>> = match mask {
+            None => None,
+            Some(m) => {
+                let per_kv = h / (m.len() / b.max(1)).max(1);
+                if per_kv == 0 || m.len() * per_kv != b * h {
+                    return Err(CacheError::Shape(format!(
+                        "{h} heads do not follow the basis of {} KV heads",
+                        m.len()
+                    )));
                 }
-            }
-            Array::from_slice(&data, x.shape())
-        } else {
-            let x = x.as_dtype(Dtype::Float32)?;
-            let all = rotation::rotate(&x)?;
-            match mask {
-                None => all,
-                Some(_) => {
-                    let flags: Vec<u32> = (0..b * h).map(|i| u32::from(on(i))).collect();
-                    let shape = [b as i32, h as i32, 1, 1];
-                    let on = Array::from_slice(&flags, &shape).as_dtype(Dtype::Bool)?;
-                    ops::select(&on, &all, &x)?
-                }
+                Some((0..b * h).map(|i| m[i / per_kv]).collect())
             }
         };
+        let dtype = x.dtype();
+        let out = R::rotate(&x.as_dtype(Dtype::Float32)?, on.as_deref())?;
         Ok(if dtype == Dtype::Float32 {
             out
         } else {
@@ -439,7 +394,7 @@ impl KiviCache {
         queries: Option<&Array>,
         flushing: bool,
         dims: Dims,
-    ) -> Result<(Array, Array, Next), CacheError> {
+    ) -> Result<(Array, Array, Next<R::Window>), CacheError> {
         let Some(adaptive) = &self.adaptive else {
             let rotation = self.config.rotation();
             return Ok((
@@ -479,11 +434,9 @@ impl KiviCache {
         let window = match &self.window {
             Some(w) => {
                 let (k, v) = w.arrays();
-                let host = self.kernels == Kernels::Host;
-                Some(Window::from_arrays(
+                Some(R::Window::from_arrays(
                     self.rotated(&k, Heads::chosen(&chosen.keys))?,
                     self.rotated(&v, Heads::chosen(&chosen.values))?,
-                    host,
                     self.config.residual_room(),
                 )?)
             }
@@ -545,7 +498,7 @@ impl KiviCache {
         energy: &QueryEnergy,
         dims: Dims,
     ) -> Result<HeadBasis, CacheError> {
-        let held = self.window.as_ref().map(Window::arrays);
+        let held = self.window.as_ref().map(R::Window::arrays);
         let joined = |held: Option<&Array>, new: &Array| -> Result<Array, CacheError> {
             let all = match held {
                 Some(old) => ops::concatenate(&[old, new], 2)?,
@@ -587,53 +540,9 @@ impl KiviCache {
             keys: self.keys.as_ref(),
             key_axis: self.config.key_axis(),
             values: self.values.as_ref(),
-            residual: self.window.as_ref().map(Window::view),
+            residual: self.window.as_ref().map(R::Window::view),
             sinks: sink_len(self.tokens, self.config.sinks()),
         }
-    }
-
-    /// Everything held, rebuilt as float32 keys and values `[B, H, T, D]` in position order
-    /// and in the cache's basis (rotated where KIVI+ rotates), for tests and quality
-    /// measurements; attention never does this.
-    pub fn dequantized(&self) -> Result<Option<(Array, Array)>, CacheError> {
-        if self.dims.is_none() {
-            return Ok(None);
-        }
-        let sinks = sink_len(self.tokens, self.config.sinks()) as i32;
-        let (mut keys, mut values) = (Vec::new(), Vec::new());
-        let mut window = Vec::new();
-        let residual = self.window.as_ref().map(Window::arrays);
-        let (held_k, held_v) = (
-            residual.as_ref().map(|r| &r.0),
-            residual.as_ref().map(|r| &r.1),
-        );
-        for (held, into) in [(held_k, &mut keys), (held_v, &mut values)] {
-            if let Some(a) = held {
-                let (sunk, rest) = match sinks {
-                    0 => (None, Some(a.clone())),
-                    s => {
-                        let (sunk, rest) = window::split_tokens(a, s)?;
-                        (Some(sunk), rest)
-                    }
-                };
-                into.extend(sunk);
-                window.push(rest);
-            }
-        }
-        if let (Some(k), Some(v)) = (&self.keys, &self.values) {
-            let k = k.dequantize()?;
-            keys.push(match self.config.key_axis() {
-                KeyAxis::PerChannel => k.swap_axes(-1, -2)?,
-                KeyAxis::PerToken => k,
-            });
-            values.push(v.dequantize()?);
-        }
-        let mut window = window.into_iter();
-        keys.extend(window.next().flatten());
-        values.extend(window.next().flatten());
-        let keys = ops::concatenate(&keys, 2)?.as_dtype(Dtype::Float32)?;
-        let values = ops::concatenate(&values, 2)?.as_dtype(Dtype::Float32)?;
-        Ok(Some((keys, values)))
     }
 
     /// The buffers held, by name: `keys.packed`, `keys.scales`, `keys.zeros`, the same for
@@ -675,7 +584,7 @@ impl KiviCache {
     /// Held bytes by kind, from the buffers' sizes (nothing is evaluated or copied).
     pub fn bytes(&self) -> KiviBytes {
         let mut bytes = KiviBytes {
-            residual: self.window.as_ref().map_or(0, Window::bytes),
+            residual: self.window.as_ref().map_or(0, R::Window::bytes),
             ..KiviBytes::default()
         };
         for q in self.keys.iter().chain(&self.values) {
@@ -692,8 +601,8 @@ impl KiviCache {
         for q in self.keys.iter().chain(&self.values) {
             arrays.extend(q.arrays());
         }
-        if let Some(Window::Mlx { keys, values }) = &self.window {
-            arrays.extend([keys, values]);
+        if let Some(w) = &self.window {
+            arrays.extend(w.pending());
         }
         Ok(eval(arrays)?)
     }
@@ -701,44 +610,21 @@ impl KiviCache {
     /// Keys `[B, H, F, D]` quantized, and the axis along which they join the history.
     fn quantize_keys(&self, keys: &Array, dims: Dims) -> Result<(QuantizedArray, i32), CacheError> {
         Ok(match self.config.key_axis() {
-            KeyAxis::PerChannel => (self.quantize(keys, self.config.key_spec(), true)?, -1),
-            KeyAxis::PerToken => (self.quantize(keys, self.key_token_spec(dims)?, false)?, -2),
+            KeyAxis::PerChannel => (R::quantize(keys, self.config.key_spec(), true)?, -1),
+            KeyAxis::PerToken => (R::quantize(keys, self.key_token_spec(dims)?, false)?, -2),
         })
     }
 
-    /// `x` quantized in groups along its last axis, or along its second-last when
-    /// `transposed` (then stored with those two axes swapped): on the host with the host
-    /// kernels, else as MLX operations. The two give the same bits.
-    fn quantize(
-        &self,
-        x: &Array,
-        spec: QuantSpec,
-        transposed: bool,
-    ) -> Result<QuantizedArray, CacheError> {
-        if self.kernels == Kernels::Host {
-            return Ok(host::quantize::quantize(x, spec, transposed)?);
-        }
-        let x = if transposed {
-            x.swap_axes(-1, -2)?
-        } else {
-            x.clone()
-        };
-        Ok(mlx_quant::quantize(&x, spec)?)
-    }
-
-    /// The history `held` followed by `new` along `axis`, as [`Self::quantize`] chooses.
+    /// The history `held` followed by `new` along `axis`.
     fn extend(
-        &self,
         held: Option<&QuantizedArray>,
         new: QuantizedArray,
         axis: i32,
     ) -> Result<QuantizedArray, CacheError> {
-        let Some(old) = held else { return Ok(new) };
-        Ok(if self.kernels == Kernels::Host {
-            host::quantize::concatenate(&[old, &new], axis)?
-        } else {
-            QuantizedArray::concatenate(&[old, &new], axis)?
-        })
+        match held {
+            Some(old) => R::concatenate(old, &new, axis),
+            None => Ok(new),
+        }
     }
 
     fn key_token_spec(&self, dims: Dims) -> Result<QuantSpec, CacheError> {
@@ -804,7 +690,7 @@ impl KiviCache {
     }
 }
 
-impl KvCache for KiviCache {
+impl<R: KiviRuntime> KvCache for KiviCache<R> {
     fn attend(
         &mut self,
         queries: &Array,
@@ -827,14 +713,8 @@ impl KvCache for KiviCache {
         // rotated, so the queries are rotated alike; the output of rotated values is rotated
         // back (H·H = I).
         let rotated = self.rotated(queries, self.key_heads());
-        let out = rotated.and_then(|queries| {
-            Ok(attention::attend(
-                &queries,
-                self.view(),
-                scale,
-                self.kernels,
-            )?)
-        });
+        let out = rotated
+            .and_then(|queries| Ok(attention::attend(&queries, self.view(), scale, R::KERNELS)?));
         // The flush completes whatever attention returned: the tokens are held either way.
         self.leave(leaving);
         self.rotated(&out?, self.value_heads())
@@ -856,7 +736,7 @@ impl KvCache for KiviCache {
         if self.adaptive.is_some() && len < self.basis_span() {
             // Before its span an adaptive basis has counted queries past `len`, or has chosen
             // from tokens past it: a cut cache could not be the prefix's own.
-            *self = Self::empty(self.config, self.kernels, self.storage);
+            *self = Self::new(self.config, self.storage);
             return Ok(0);
         }
         // The residual arrays begin with the sinks: cutting inside them or the window keeps
@@ -890,7 +770,7 @@ impl KvCache for KiviCache {
             self.keep_window(sinks)?;
             self.quantized = keep;
         }
-        self.tokens = self.quantized + self.window.as_ref().map_or(0, Window::len);
+        self.tokens = self.quantized + self.window.as_ref().map_or(0, R::Window::len);
         if self.tokens == 0 {
             self.dims = None;
         }
@@ -929,7 +809,7 @@ impl KvCache for KiviCache {
     }
 
     fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
-        *self = Self::from_state(self.config, self.kernels, self.storage, state)?;
+        *self = Self::from_state(self.config, self.storage, state)?;
         Ok(())
     }
 }
@@ -969,9 +849,6 @@ impl From<KernelError> for CacheError {
 
 #[path = "kivi_state.rs"]
 mod state;
-
-#[path = "kivi_window.rs"]
-mod window;
 
 #[path = "kivi_basis.rs"]
 mod basis;

@@ -2,26 +2,24 @@
 //! against the settings and the recorded token count before the cache takes them, so a
 //! forged or damaged file is refused instead of crashing attention later.
 
-use kivi_kernels::{
-    attention::is_float, mlx_quant::QuantizedArray, sink_len, Kernels, KeyAxis, QuantSpec,
-};
+use kivi_kernels::{attention::is_float, mlx_quant::QuantizedArray, sink_len, KeyAxis, QuantSpec};
 use mlx_rs::{Array, Dtype};
 
 use super::basis::{HeadBasis, QueryEnergy};
-use super::{window::Window, Adaptive, Dims, KiviCache};
+use super::{Adaptive, Dims, KiviCache};
+use crate::cache::kivi_runtime::{KiviRuntime, ResidualWindow};
 use crate::cache::{CacheError, CacheState, KiviConfig};
 
-impl KiviCache {
+impl<R: KiviRuntime> KiviCache<R> {
     /// Rebuilds a cache from named arrays, checking that they are what a cache with these
     /// settings holds. Never panics on bad input.
     pub(super) fn from_state(
         config: KiviConfig,
-        kernels: Kernels,
         storage: Dtype,
         state: CacheState,
     ) -> Result<Self, CacheError> {
         let bad = |why: String| CacheError::State(why);
-        let mut cache = Self::empty(config, kernels, storage);
+        let mut cache = Self::new(config, storage);
         let (mut residual_keys, mut residual_values) = (None, None);
         let mut basis: Vec<(String, Array)> = Vec::new();
         for (name, array) in state.arrays {
@@ -66,9 +64,7 @@ impl KiviCache {
             return Err(bad("an empty cache holds a basis".into()));
         }
         cache.window = residual
-            .map(|(k, v)| {
-                Window::from_arrays(k, v, kernels == Kernels::Host, config.residual_room())
-            })
+            .map(|(k, v)| R::Window::from_arrays(k, v, config.residual_room()))
             .transpose()?;
         Ok(cache)
     }

@@ -4,24 +4,32 @@
 use kivi_kernels::Kernels;
 
 use super::config::CacheConfig;
+use mlx_rs::Dtype;
+
 use super::kivi::KiviCache;
 use super::window::WindowCache;
 use super::KvCache;
 use crate::backend::Backend;
 use crate::model::ModelConfig;
-use crate::runtime::{host::full::HostFullCache, mlx::full::MlxFullCache};
+use crate::runtime::{host::kivi::HostKivi, mlx::kivi::MlxKivi, Runtime};
 
 impl CacheConfig {
     /// A new, empty cache for a layer that attends to every position, of a model running on
     /// `backend`.
     pub fn make(&self, backend: &Backend) -> Box<dyn KvCache> {
+        // The one place a cache's storage follows the runtime.
+        match backend.kernels() {
+            Kernels::Host => self.make_on::<HostKivi>(backend.storage_dtype()),
+            Kernels::Mlx => self.make_on::<MlxKivi>(backend.storage_dtype()),
+        }
+    }
+
+    /// The cache this configuration names, on the runtime `R`, keeping what it stores in
+    /// reduced precision in `storage`.
+    fn make_on<R: Runtime>(&self, storage: Dtype) -> Box<dyn KvCache> {
         match self {
-            // The one place a full cache's storage follows the runtime.
-            CacheConfig::Full => match backend.kernels() {
-                Kernels::Host => Box::<HostFullCache>::default(),
-                Kernels::Mlx => Box::<MlxFullCache>::default(),
-            },
-            CacheConfig::Kivi(config) => Box::new(KiviCache::new(*config, *backend)),
+            CacheConfig::Full => Box::<R::FullCache>::default(),
+            CacheConfig::Kivi(config) => Box::new(KiviCache::<R>::new(*config, storage)),
         }
     }
 

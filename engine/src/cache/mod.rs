@@ -7,7 +7,8 @@
 //!
 //! - the full-precision cache (`CacheConfig::Full`): keys and values as they arrive, in
 //!   the runtime's storage (`runtime/host/full.rs`, `runtime/mlx/full.rs`).
-//! - [`KiviCache`]: KIVI, quantized history plus a full-precision residual window.
+//! - the KIVI cache (`kivi.rs`, on either runtime through `kivi_runtime.rs`): quantized
+//!   history plus a full-precision residual window.
 //! - [`WindowCache`]: a sliding-window layer's newest positions (Gemma 3's local layers),
 //!   whatever the cache setting: each layer gets the cache its attention needs
 //!   ([`CacheConfig::make_layers`]).
@@ -19,11 +20,12 @@ mod config;
 pub mod file;
 pub(crate) mod full;
 mod kivi;
+pub(crate) mod kivi_runtime;
 mod make;
 mod window;
 
 pub use config::{CacheConfig, ConfigError, KiviConfig, RECOMMENDED};
-pub use kivi::{KiviBytes, KiviCache};
+pub use kivi::KiviBytes;
 pub use kivi_kernels::{KeyAxis, Rotation};
 pub use window::{WindowCache, TRUNCATE_SLACK};
 

@@ -7,8 +7,26 @@
 //!   buffers and MLX's fused attention.
 //!
 //! The rules a cache kind follows on either runtime (what it accepts, what it reports, what
-//! a saved state must hold) live with the kind in [`crate::cache`]; which runtime's storage
-//! a new cache gets is decided once, in `CacheConfig::make`.
+//! a saved state must hold, KIVI's flush points) live with the kind in [`crate::cache`],
+//! written once over [`Runtime`]; which runtime a new cache gets is decided once, in
+//! `CacheConfig::make`.
 
 pub(crate) mod host;
 pub(crate) mod mlx;
+
+use crate::cache::{kivi_runtime::KiviRuntime, KvCache};
+
+/// A runtime, as the caches see it: its full-precision cache, and what its KIVI cache
+/// runs on (the runtime itself).
+pub(crate) trait Runtime: KiviRuntime {
+    /// The full-precision cache's storage and attention.
+    type FullCache: KvCache + Default + 'static;
+}
+
+impl Runtime for host::kivi::HostKivi {
+    type FullCache = host::full::HostFullCache;
+}
+
+impl Runtime for mlx::kivi::MlxKivi {
+    type FullCache = mlx::full::MlxFullCache;
+}
