@@ -29,7 +29,8 @@ pub struct ModelArgs {
     #[arg(long)]
     pub context: Option<usize>,
     /// KV cache: `full`, or a KIVI name `k<2|4>v<2|4>[-g<group>][-r<residual>][-s<sinks>]
-    /// [-rot|-rotk|-rotv]`, e.g. `k4v4-g32-r128` or `k2v2-g32-r128-s4-rot`.
+    /// [-rot|-rotk|-rotv|-rota]`, e.g. `k4v4-g32-r128` or `k2v2-g32-r128-s4-rota` (`-rota`:
+    /// each head rotated only where that quantizes it better).
     #[arg(long, default_value = RECOMMENDED)]
     pub cache: CacheConfig,
     /// Prompt tokens per prefill step.

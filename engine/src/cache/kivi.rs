@@ -375,12 +375,11 @@ impl<R: KiviRuntime> KiviCache<R> {
             }
         };
         let dtype = x.dtype();
+        if dtype == Dtype::Float32 {
+            return R::rotate(x, on.as_deref());
+        }
         let out = R::rotate(&x.as_dtype(Dtype::Float32)?, on.as_deref())?;
-        Ok(if dtype == Dtype::Float32 {
-            out
-        } else {
-            out.as_dtype(dtype)?
-        })
+        Ok(out.as_dtype(dtype)?)
     }
 
     /// The call's keys and values in the basis they are stored in (KIVI+'s rotation) and
