@@ -177,7 +177,11 @@ impl Backend {
         }
     }
 
-    /// Which kernels run.
+    /// Which kernels run, and so which runtime (`crate::runtime::chosen`): on the host
+    /// backends the model's operations run on host memory, decode steps and prompt chunks
+    /// alike, rather than as MLX operations (a prompt chunk through MLX's CPU back end took
+    /// 1.3-1.5x as long, mostly in MLX's dequantization of the weights and its scalar
+    /// `exp`, `docs/benchmarks.md`).
     pub fn kernels(&self) -> Kernels {
         self.kernels
     }
@@ -229,21 +233,6 @@ impl Backend {
     /// The output head takes float32 inputs either way (`Llama::logits`).
     pub fn host_activations(&self) -> Activations {
         self.activations
-    }
-
-    /// Whether the model's operations run on host memory (decode steps and prompt chunks
-    /// alike: the host backend) rather than as MLX operations. A prompt chunk through
-    /// MLX's CPU back end took 1.3-1.5x as long as on the host, mostly in MLX's
-    /// dequantization of the weights and its scalar `exp` (`docs/benchmarks.md`).
-    pub fn host_ops(&self) -> bool {
-        self.kernels == Kernels::Host
-    }
-
-    /// Whether a decode step is built on the previous token before that token is read
-    /// back ([`crate::decode`]): MLX's operations take lazy inputs, the host kernels need
-    /// values.
-    pub fn pipelines(&self) -> bool {
-        self.kernels == Kernels::Mlx
     }
 
     /// Whether MLX multiplies a quantized matrix by `rows` rows densely (dequantize, then
@@ -459,13 +448,13 @@ mod tests {
         let host = Backend::HOST;
         assert_eq!(host.compute_dtype(), Dtype::Float32);
         assert_eq!(host.storage_dtype(), Dtype::Float16);
-        assert!(host.host_ops());
+        assert_eq!(host.kernels(), Kernels::Host);
         assert!(host.dequantize_for_matmul(256) && !host.dequantize_for_matmul(1));
         let mac = Backend::mlx(Device::Gpu, Precision::F16);
         assert_eq!(mac.storage_dtype(), Dtype::Float16);
-        assert!(!mac.host_ops() && !mac.dequantize_for_matmul(4096));
+        assert!(mac.kernels() == Kernels::Mlx && !mac.dequantize_for_matmul(4096));
         let cpu16 = Backend::mlx(Device::Cpu, Precision::F16);
-        assert!(!cpu16.host_ops() && cpu16.dequantize_for_matmul(8));
+        assert!(cpu16.kernels() == Kernels::Mlx && cpu16.dequantize_for_matmul(8));
         assert_eq!(
             Backend::mlx(Device::Cpu, Precision::Bf16).storage_dtype(),
             Dtype::Bfloat16

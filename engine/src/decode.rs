@@ -42,7 +42,7 @@ impl Decoder {
         let first = sampler.sample(logits, Context::known(context))?;
         async_eval([&first])?;
         Ok(Self {
-            pipelined: model.backend().pipelines(),
+            pipelined: model.pipelines(),
             sampler,
             pending: Some(first),
             unfed: None,

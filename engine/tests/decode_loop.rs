@@ -118,7 +118,7 @@ fn the_caches_are_one_token_off_where_the_caller_stops() {
         // The caller accepted 5 tokens; the last one's step was built ahead (MLX) or will
         // be built when the next token is asked for (host).
         let held = caches[0].len();
-        let expected = if backend.pipelines() {
+        let expected = if loaded.model.pipelines() {
             context.len()
         } else {
             context.len() - 1

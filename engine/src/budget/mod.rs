@@ -25,6 +25,7 @@ pub use estimate::{MemoryCheck, MemoryEstimate, MemoryFit};
 use std::path::Path;
 
 use crate::backend::Backend;
+use crate::cache::kivi_runtime::ResidualWindow;
 use crate::cache::CacheConfig;
 #[cfg(doc)]
 use crate::cache::KiviConfig;
@@ -32,8 +33,8 @@ use crate::error::LoadError;
 use crate::gguf::{GgufHeader, Metadata};
 use crate::loader::{model_files, ModelFiles};
 use crate::model::ModelConfig;
+use crate::runtime::{chosen, ForRuntime, Runtime};
 use crate::weights::safetensors::{read_json, shard_paths};
-use kivi_kernels::Kernels;
 
 /// What a model needs in memory, in bytes.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,6 +116,15 @@ impl KvShape {
     }
 }
 
+/// How many tokens a KIVI window of so many allocates, on one runtime.
+struct Allocated(fn(usize, usize) -> usize);
+
+impl ForRuntime for Allocated {
+    fn on<R: Runtime>() -> Self {
+        Allocated(<R::Window as ResidualWindow>::allocated)
+    }
+}
+
 /// Bytes of one model's KV caches holding `tokens` positions on `backend`: a full cache
 /// holds keys and values in [`Backend::full_cache_dtype`]; a KIVI cache holds its scales,
 /// zeros and residual window in [`Backend::storage_dtype`] (on the host kernels, window
@@ -145,11 +155,9 @@ pub fn kv_cache_bytes(
             let quantized =
                 kivi_kernels::quantized_len(tokens - sinks, k.residual_length(), k.group_size())
                     as u64;
-            // The host kernels' window buffers keep room for the largest window.
-            let residual = match backend.kernels() {
-                Kernels::Host if t > quantized => (t - quantized).max(k.residual_room() as u64),
-                _ => t - quantized,
-            };
+            // As the runtime's window allocates it (host buffers keep room for the largest).
+            let Allocated(allocated) = chosen(backend);
+            let residual = allocated((t - quantized) as usize, k.residual_room()) as u64;
             let value_group = g.min(d).max(1);
             let keys =
                 quantized * d * u64::from(k.key_bits()) / 8 + quantized / g * d * 2 * dtype_bytes;

@@ -52,6 +52,10 @@ pub(crate) trait ResidualWindow: Clone + std::fmt::Debug + Send + Sized {
     /// Bytes allocated (a window's room for its largest size included).
     fn bytes(&self) -> u64;
 
+    /// Tokens a window holding `tokens` allocates, `room` being its size between calls
+    /// (for estimates before a cache exists).
+    fn allocated(tokens: usize, room: usize) -> usize;
+
     /// Arrays still to be evaluated (lazy MLX operations), for [`super::KiviCache::eval`].
     fn pending(&self) -> Vec<&Array>;
 

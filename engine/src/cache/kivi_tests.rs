@@ -6,14 +6,14 @@ use kivi_kernels::{
     reference_attention::{self, AttnShape},
     rotation, sink_len,
     testdata::{Layer, Profile, XorShift},
-    Kernels, KeyAxis, Rotation,
+    KeyAxis, Rotation,
 };
 use mlx_rs::{ops::indexing::TryIndexOp, Array, Dtype};
 
 use super::*;
 use crate::backend::{Backend, Device, Precision};
 use crate::cache::{CacheConfig, KiviConfig, KvCache};
-use crate::runtime::{host::kivi::HostKivi, mlx::kivi::MlxKivi};
+use crate::runtime::{chosen, ForRuntime, Runtime};
 
 /// The host kernels (the CPU's default), MLX's operations in float32, and MLX's operations
 /// in float16 (a Mac's configuration, on the CPU).
@@ -59,10 +59,15 @@ impl<R: KiviRuntime> Probe for KiviCache<R> {
 
 /// An empty KIVI cache for a model running on `backend`.
 fn kivi(config: KiviConfig, backend: Backend) -> Box<dyn Probe> {
-    let storage = backend.storage_dtype();
-    match backend.kernels() {
-        Kernels::Host => Box::new(KiviCache::<HostKivi>::new(config, storage)),
-        Kernels::Mlx => Box::new(KiviCache::<MlxKivi>::new(config, storage)),
+    let Make(make) = chosen(&backend);
+    make(config, backend.storage_dtype())
+}
+
+struct Make(fn(KiviConfig, Dtype) -> Box<dyn Probe>);
+
+impl ForRuntime for Make {
+    fn on<R: Runtime>() -> Self {
+        Make(|config, storage| Box::new(KiviCache::<R>::new(config, storage)))
     }
 }
 

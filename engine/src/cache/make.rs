@@ -1,27 +1,31 @@
 //! Making the caches a configuration names, for the backend a model runs on and for the
 //! attention of each of its layers.
 
-use kivi_kernels::Kernels;
-
-use super::config::CacheConfig;
 use mlx_rs::Dtype;
 
+use super::config::CacheConfig;
 use super::kivi::KiviCache;
 use super::window::WindowCache;
 use super::KvCache;
 use crate::backend::Backend;
 use crate::model::ModelConfig;
-use crate::runtime::{host::kivi::HostKivi, mlx::kivi::MlxKivi, Runtime};
+use crate::runtime::{chosen, ForRuntime, Runtime};
+
+/// [`CacheConfig::make_on`] for one runtime.
+struct Maker(fn(&CacheConfig, Dtype) -> Box<dyn KvCache>);
+
+impl ForRuntime for Maker {
+    fn on<R: Runtime>() -> Self {
+        Maker(CacheConfig::make_on::<R>)
+    }
+}
 
 impl CacheConfig {
     /// A new, empty cache for a layer that attends to every position, of a model running on
     /// `backend`.
     pub fn make(&self, backend: &Backend) -> Box<dyn KvCache> {
-        // The one place a cache's storage follows the runtime.
-        match backend.kernels() {
-            Kernels::Host => self.make_on::<HostKivi>(backend.storage_dtype()),
-            Kernels::Mlx => self.make_on::<MlxKivi>(backend.storage_dtype()),
-        }
+        let Maker(make) = chosen(backend);
+        make(self, backend.storage_dtype())
     }
 
     /// The cache this configuration names, on the runtime `R`, keeping what it stores in

@@ -37,7 +37,7 @@ use crate::cache::KvCache;
 use crate::error::ModelError;
 
 /// Host-memory operations.
-pub(super) struct HostOps<'a> {
+pub(crate) struct HostOps<'a> {
     /// For the products the host kernels lack.
     mlx: MlxOps<'a>,
     /// How quantized products take their inputs ([`Backend::host_activations`]).
@@ -45,7 +45,7 @@ pub(super) struct HostOps<'a> {
 }
 
 impl<'a> HostOps<'a> {
-    pub(super) fn new(backend: &'a Backend) -> Self {
+    pub(crate) fn new(backend: &'a Backend) -> Self {
         Self {
             mlx: MlxOps::new(backend),
             activations: backend.host_activations(),
@@ -53,8 +53,8 @@ impl<'a> HostOps<'a> {
     }
 
     /// The same operations with float32 inputs to every quantized product, whatever the
-    /// backend's choice: for the output head (see `Llama::logits`).
-    pub(super) fn with_float_inputs(self) -> Self {
+    /// backend's choice: for the output head (see the host runtime's head operations).
+    pub(crate) fn with_float_inputs(self) -> Self {
         Self {
             activations: Activations::Float,
             ..self
@@ -77,7 +77,7 @@ fn with_bias(mut y: HostRows, bias: Option<&Array>) -> Result<HostRows, ModelErr
 }
 
 /// `[rows, width]`, row-major.
-pub(super) struct HostRows {
+pub(crate) struct HostRows {
     data: Vec<f32>,
     rows: usize,
 }
@@ -89,7 +89,7 @@ impl HostRows {
 }
 
 /// `[heads, len, dim]`, row-major: the layout of a `[1, heads, len, dim]` MLX array.
-pub(super) struct HostHeads {
+pub(crate) struct HostHeads {
     data: Vec<f32>,
     heads: usize,
     len: usize,

@@ -19,22 +19,21 @@
 //! whose cache the model's configuration asks for); grouped-query heads are the cache's
 //! business.
 //!
-//! Each block is written once, over the operations of [`Ops`]; the backend the model was
-//! loaded with decides which implementation runs: MLX's operations (the Mac's GPU path) or
-//! the host kernels (the CPU's).
+//! Each block is written once, over the operations of [`Ops`]; the runtime of the backend
+//! the model was loaded with decides, once at load, which implementation runs: MLX's
+//! operations (the Mac's GPU path) or the host kernels (the CPU's).
 //! `tests/host_steps.rs` holds the two to the same logits.
 
 use mlx_rs::{ops::indexing::IndexOp, Array};
 
 use super::config::{ModelConfig, RopeConfig, RopeScaling};
-use super::host_ops::HostOps;
 use super::layers::{Embedding, Linear, RmsNorm};
-use super::mlx_ops::MlxOps;
 use super::ops::{Ops, Tokens};
 use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
 use crate::error::{LoadError, ModelError};
+use crate::runtime::{chosen, ForRuntime, Runtime};
 use crate::weights::Weights;
 
 /// Multi-head attention with grouped key/value heads.
@@ -218,6 +217,29 @@ pub struct Llama {
     embed_scale: Option<f32>,
     /// Where and how it runs; its weights are in the backend's compute dtype.
     backend: Backend,
+    /// The network's steps on the backend's runtime.
+    steps: Steps,
+}
+
+/// The layers' caches, one per layer.
+type Caches = [Box<dyn KvCache>];
+
+/// The network's steps on one runtime, chosen when the model loads.
+#[derive(Clone, Copy)]
+struct Steps {
+    forward: fn(&Llama, Tokens<'_>, &mut Caches) -> Result<Array, ModelError>,
+    head: fn(&Llama, &Array) -> Result<Array, ModelError>,
+    pipelines: bool,
+}
+
+impl ForRuntime for Steps {
+    fn on<R: Runtime>() -> Self {
+        Steps {
+            forward: |model, tokens, caches| model.run(&R::ops(&model.backend), tokens, caches),
+            head: |model, hidden| model.head(&R::head_ops(&model.backend), hidden),
+            pipelines: R::PIPELINES,
+        }
+    }
 }
 
 impl Llama {
@@ -257,6 +279,7 @@ impl Llama {
             lm_head,
             config,
             backend: w.backend(),
+            steps: chosen(&w.backend()),
         })
     }
 
@@ -268,6 +291,12 @@ impl Llama {
     /// The backend it runs on.
     pub fn backend(&self) -> &Backend {
         &self.backend
+    }
+
+    /// Whether a decode step may be built on the previous token before that token is
+    /// read back (the runtime takes lazy inputs).
+    pub fn pipelines(&self) -> bool {
+        self.steps.pipelines
     }
 
     /// Runs `tokens` (the positions after what the caches hold) through the network and
@@ -305,13 +334,8 @@ impl Llama {
         if tokens.is_empty() {
             return Err(ModelError::Input("no tokens to run".into()));
         }
-        self.backend.scoped(|| {
-            if self.backend.host_ops() {
-                self.run(&HostOps::new(&self.backend), tokens, caches)
-            } else {
-                self.run(&MlxOps::new(&self.backend), tokens, caches)
-            }
-        })
+        self.backend
+            .scoped(|| (self.steps.forward)(self, tokens, caches))
     }
 
     fn run<O: Ops>(
@@ -337,18 +361,7 @@ impl Llama {
 
     /// Logits `[1, L, vocab]` for hidden states `[1, L, hidden]`.
     pub fn logits(&self, hidden: &Array) -> Result<Array, ModelError> {
-        self.backend.scoped(|| {
-            if self.backend.host_ops() {
-                // The head's product takes float32 inputs on every host backend: the
-                // logits decide the token, and int8 inputs there flipped close choices
-                // (SmolLM2 answered "What is the capital of France?" with "L'Étoile ..."
-                // instead of "The capital of France is Paris."), for about a fifth of a
-                // step's weights (docs/benchmarks.md).
-                self.head(&HostOps::new(&self.backend).with_float_inputs(), hidden)
-            } else {
-                self.head(&MlxOps::new(&self.backend), hidden)
-            }
-        })
+        self.backend.scoped(|| (self.steps.head)(self, hidden))
     }
 
     fn head<O: Ops>(&self, o: &O, hidden: &Array) -> Result<Array, ModelError> {

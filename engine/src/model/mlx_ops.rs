@@ -16,12 +16,12 @@ use crate::error::ModelError;
 use crate::gpu_rules;
 
 /// MLX operations on the backend's device.
-pub(super) struct MlxOps<'a> {
+pub(crate) struct MlxOps<'a> {
     backend: &'a Backend,
 }
 
 impl<'a> MlxOps<'a> {
-    pub(super) fn new(backend: &'a Backend) -> Self {
+    pub(crate) fn new(backend: &'a Backend) -> Self {
         Self { backend }
     }
 

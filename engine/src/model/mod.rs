@@ -2,11 +2,11 @@
 //! operations it is written in (MLX's, or the host kernels').
 
 pub mod config;
-mod host_ops;
+pub(crate) mod host_ops;
 pub mod layers;
 pub mod llama;
-mod mlx_ops;
-mod ops;
+pub(crate) mod mlx_ops;
+pub(crate) mod ops;
 pub mod rope;
 
 pub use config::{Family, ModelConfig, RopeConfig, RopeScaling, SUPPORTED_FAMILIES};

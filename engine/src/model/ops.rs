@@ -8,7 +8,8 @@
 //!   hand-offs on the CPU cost more than the arithmetic (`tests/host_steps.rs` holds the
 //!   two to the same logits).
 //!
-//! The backend decides which one runs ([`crate::backend::Backend::host_ops`]).
+//! The runtime the backend runs on decides which one runs (`crate::runtime::Runtime`),
+//! chosen once when the model loads.
 
 use mlx_rs::Array;
 
@@ -44,7 +45,7 @@ impl Tokens<'_> {
 }
 
 /// The operations of one forward step over the `L` newest positions of one sequence.
-pub(super) trait Ops {
+pub(crate) trait Ops {
     /// Activations `[L, width]`.
     type Rows;
     /// Per-head activations `[heads, L, D]`.

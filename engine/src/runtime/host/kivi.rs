@@ -17,13 +17,11 @@ use kivi_kernels::{
 use mlx_rs::Array;
 
 use super::kv::{host_floats, HostKv};
+use super::Host;
 use crate::cache::kivi_runtime::{Flushed, KiviRuntime, ResidualWindow, Step};
 use crate::cache::CacheError;
 
-/// The host runtime, for a KIVI cache.
-pub(crate) struct HostKivi;
-
-impl KiviRuntime for HostKivi {
+impl KiviRuntime for Host {
     type Window = HostKv;
     const KERNELS: Kernels = Kernels::Host;
 
@@ -91,6 +89,15 @@ impl ResidualWindow for HostKv {
 
     fn bytes(&self) -> u64 {
         HostKv::bytes(self)
+    }
+
+    fn allocated(tokens: usize, room: usize) -> usize {
+        // The buffers keep room for the largest window once anything is held.
+        if tokens > 0 {
+            tokens.max(room)
+        } else {
+            0
+        }
     }
 
     fn pending(&self) -> Vec<&Array> {

@@ -8,13 +8,11 @@ use kivi_kernels::{
 };
 use mlx_rs::{ops, Array, Dtype};
 
+use super::Mlx;
 use crate::cache::kivi_runtime::{Flushed, KiviRuntime, ResidualWindow, Step};
 use crate::cache::CacheError;
 
-/// The MLX runtime, for a KIVI cache.
-pub(crate) struct MlxKivi;
-
-impl KiviRuntime for MlxKivi {
+impl KiviRuntime for Mlx {
     type Window = MlxWindow;
     const KERNELS: Kernels = Kernels::Mlx;
 
@@ -88,6 +86,10 @@ impl ResidualWindow for MlxWindow {
 
     fn bytes(&self) -> u64 {
         (self.keys.nbytes() + self.values.nbytes()) as u64
+    }
+
+    fn allocated(tokens: usize, _room: usize) -> usize {
+        tokens
     }
 
     fn pending(&self) -> Vec<&Array> {
