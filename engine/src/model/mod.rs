@@ -2,10 +2,8 @@
 //! operations it is written in (MLX's, or the host kernels').
 
 pub mod config;
-pub(crate) mod host_ops;
 pub mod layers;
 pub mod llama;
-pub(crate) mod mlx_ops;
 pub(crate) mod ops;
 pub mod rope;
 

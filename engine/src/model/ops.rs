@@ -1,9 +1,9 @@
 //! The operations a Llama-family decoder is written in, so that the model is defined once
 //! (`llama.rs`) and runs on either implementation:
 //!
-//! - [`super::mlx_ops::MlxOps`]: MLX operations, any number of positions, on the device
+//! - [`crate::runtime::mlx::ops::MlxOps`]: MLX operations, any number of positions, on the device
 //!   the backend names (a Mac's GPU, or the CPU);
-//! - [`super::host_ops::HostOps`]: plain loops and the host kernels over host memory, for
+//! - [`crate::runtime::host::ops::HostOps`]: plain loops and the host kernels over host memory, for
 //!   the host backend's decode steps and prompt chunks, where MLX's per-operation thread
 //!   hand-offs on the CPU cost more than the arithmetic (`tests/host_steps.rs` holds the
 //!   two to the same logits).
@@ -122,7 +122,7 @@ pub(crate) trait Ops {
 }
 
 /// [`Ops::linears`] one layer at a time.
-pub(super) fn each_linear<O: Ops + ?Sized, const N: usize>(
+pub(crate) fn each_linear<O: Ops + ?Sized, const N: usize>(
     o: &O,
     layers: [&Linear; N],
     x: &O::Rows,
@@ -132,7 +132,7 @@ pub(super) fn each_linear<O: Ops + ?Sized, const N: usize>(
 
 /// The outputs of [`Ops::linears`], one per layer in order, as an array (the first error
 /// if any).
-pub(super) fn per_layer<R, const N: usize>(
+pub(crate) fn per_layer<R, const N: usize>(
     outs: impl IntoIterator<Item = Result<R, ModelError>>,
 ) -> Result<[R; N], ModelError> {
     let outs = outs.into_iter().collect::<Result<Vec<R>, _>>()?;

@@ -9,18 +9,18 @@ use super::config::{RopeConfig, RopeScaling};
 /// RoPE over the full head dimension.
 pub struct Rope {
     /// Rotated channels (the head dimension).
-    pub(super) dims: i32,
+    pub(crate) dims: i32,
     /// Pairs are neighbouring channels (GGUF Llama rows) rather than the two halves.
-    pub(super) traditional: bool,
+    pub(crate) traditional: bool,
     /// `theta`, when the periods are uniform (`base^(2i/d)`) and MLX can derive them.
-    pub(super) base: Option<f32>,
+    pub(crate) base: Option<f32>,
     /// Positions are multiplied by this.
-    pub(super) scale: f32,
+    pub(crate) scale: f32,
     /// Per-pair periods (`base^(2i/d)`, scaled), when the scaling is not uniform.
-    pub(super) periods: Option<Array>,
+    pub(crate) periods: Option<Array>,
     /// The same periods for every scaling: the angle of pair `i` at position `p` is
     /// `p * scale / host_periods[i]`.
-    pub(super) host_periods: Vec<f32>,
+    pub(crate) host_periods: Vec<f32>,
 }
 
 impl Rope {
@@ -71,7 +71,7 @@ impl Rope {
 }
 
 /// `base^(2i/d)` for each rotated pair: the wavelength over 2π of pair `i`.
-pub(super) fn base_periods(head_dim: usize, theta: f32) -> Vec<f32> {
+pub(crate) fn base_periods(head_dim: usize, theta: f32) -> Vec<f32> {
     (0..head_dim / 2)
         .map(|i| theta.powf(2.0 * i as f32 / head_dim as f32))
         .collect()
@@ -79,7 +79,7 @@ pub(super) fn base_periods(head_dim: usize, theta: f32) -> Vec<f32> {
 
 /// Llama 3.1's scaling: long wavelengths are stretched by `factor`, short ones kept, and
 /// the band in between interpolated (as in the reference `apply_scaling`).
-pub(super) fn llama3_periods(
+pub(crate) fn llama3_periods(
     head_dim: usize,
     theta: f32,
     factor: f32,

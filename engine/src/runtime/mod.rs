@@ -19,8 +19,10 @@ use kivi_kernels::Kernels;
 
 use crate::backend::Backend;
 use crate::cache::{kivi_runtime::KiviRuntime, KvCache};
-use crate::model::{host_ops::HostOps, mlx_ops::MlxOps, ops::Ops};
+use crate::model::ops::Ops;
+use host::ops::HostOps;
 use host::Host;
+use mlx::ops::MlxOps;
 use mlx::Mlx;
 
 /// A runtime: the model's operations, its caches' storage, and how decoding overlaps.

@@ -7,13 +7,13 @@
 
 use mlx_rs::{fast, nn::silu, ops, Array, Dtype};
 
-use super::layers::{Embedding, Matrix, RmsNorm};
-use super::ops::{Ops, Tokens};
-use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
 use crate::error::ModelError;
 use crate::gpu_rules;
+use crate::model::layers::{Embedding, Matrix, RmsNorm};
+use crate::model::ops::{Ops, Tokens};
+use crate::model::rope::Rope;
 
 /// MLX operations on the backend's device.
 pub(crate) struct MlxOps<'a> {

@@ -28,13 +28,13 @@ use kivi_kernels::{
 };
 use mlx_rs::{Array, Dtype};
 
-use super::layers::{Embedding, Linear, Matrix, RmsNorm};
-use super::mlx_ops::MlxOps;
-use super::ops::{each_linear, per_layer, Ops, Tokens};
-use super::rope::Rope;
 use crate::backend::Backend;
 use crate::cache::KvCache;
 use crate::error::ModelError;
+use crate::model::layers::{Embedding, Linear, Matrix, RmsNorm};
+use crate::model::ops::{each_linear, per_layer, Ops, Tokens};
+use crate::model::rope::Rope;
+use crate::runtime::mlx::ops::MlxOps;
 
 /// Host-memory operations.
 pub(crate) struct HostOps<'a> {
