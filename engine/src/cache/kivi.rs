@@ -231,27 +231,6 @@ impl<R: KiviRuntime> KiviCache<R> {
         }
     }
 
-    #[cfg(test)]
-    /// The settings.
-    pub fn config(&self) -> &KiviConfig {
-        &self.config
-    }
-
-    #[cfg(test)]
-    /// Positions stored quantized.
-    pub fn quantized_len(&self) -> usize {
-        self.quantized
-    }
-
-    #[cfg(test)]
-    /// Appends keys and values `[B, H, L, D]` (in the model's basis: KIVI+'s rotation is
-    /// applied here) and applies the flush rule, without attention.
-    pub fn append(&mut self, keys: &Array, values: &Array) -> Result<(), CacheError> {
-        let leaving = self.admit(keys, values, None)?;
-        self.leave(leaving);
-        Ok(())
-    }
-
     /// Writes new keys and values into the window in full precision (rotated into KIVI+'s
     /// basis, rounded to the storage dtype) and quantizes, aside, the groups the flush rule
     /// moves out of it; [`Self::leave`] moves them. In between, the cache holds every token
