@@ -75,11 +75,18 @@ impl HostWindow<'_> {
 
     /// The held keys or values in float32, `[B * H, len, D]` without headroom.
     pub fn float32(&self, keys: bool) -> Vec<f32> {
+        self.float32_span(keys, 0..self.len)
+    }
+
+    /// The keys or values of tokens `tokens` (held ones) in float32, `[B * H, n, D]`.
+    pub fn float32_span(&self, keys: bool, tokens: std::ops::Range<usize>) -> Vec<f32> {
         let (data, dim) = self.buffer(keys);
-        let mut out = vec![0f32; self.batch * self.kv_heads * self.len * dim];
-        if self.len > 0 {
-            for (p, out) in out.chunks_exact_mut(self.len * dim).enumerate() {
-                data[p * self.capacity * dim..][..self.len * dim].convert_to_f32_slice(out);
+        let n = tokens.len();
+        let mut out = vec![0f32; self.batch * self.kv_heads * n * dim];
+        if n > 0 {
+            for (p, out) in out.chunks_exact_mut(n * dim).enumerate() {
+                data[(p * self.capacity + tokens.start) * dim..][..n * dim]
+                    .convert_to_f32_slice(out);
             }
         }
         out
@@ -120,6 +127,15 @@ impl CacheView<'_> {
             None => 0,
             Some(Residual::Arrays { keys, .. }) => keys.dim(-2) as usize,
             Some(Residual::Host(w)) => w.len,
+        }
+    }
+
+    /// The history's positions can be cut in multiples of this: the key groups of
+    /// per-channel keys, any position otherwise.
+    pub(crate) fn key_span_unit(&self) -> usize {
+        match (self.keys, self.key_axis) {
+            (Some(keys), KeyAxis::PerChannel) => keys.spec.group_size(),
+            _ => 1,
         }
     }
 

@@ -205,6 +205,37 @@ impl QuantizedArray {
         })
     }
 
+    /// Entries `start..start + len` along `axis` (`-1`, the quantized axis, at group
+    /// boundaries; or `-2`) as views of the same buffers: a run of the history that
+    /// attention reads and drops, where [`Self::take`] makes lasting copies.
+    pub fn span(&self, axis: i32, start: usize, len: usize) -> Result<Self, KernelError> {
+        let (unit_words, unit_groups) = match axis {
+            -1 => {
+                let group = self.spec.group_size();
+                if !start.is_multiple_of(group) || !len.is_multiple_of(group) {
+                    return Err(KernelError::Shape(format!(
+                        "cannot take positions {start}..{} of groups of {group}",
+                        start + len
+                    )));
+                }
+                (self.spec.per_word(), group)
+            }
+            -2 => (1, 1),
+            _ => return Err(KernelError::Shape(format!("cannot cut along axis {axis}"))),
+        };
+        let slice = |a: &Array, unit: usize| -> Result<Array, KernelError> {
+            let (from, to) = ((start / unit) as i32, ((start + len) / unit) as i32);
+            let parts = a.split_at_indices(&[from, to], Some(axis))?;
+            Ok(parts[1].clone())
+        };
+        Ok(Self {
+            packed: slice(&self.packed, unit_words)?,
+            scales: slice(&self.scales, unit_groups)?,
+            zeros: slice(&self.zeros, unit_groups)?,
+            spec: self.spec,
+        })
+    }
+
     /// `x @ W` with `W` this array dequantized: `x` is `[.., M, K]` and `W` is `[.., K, N]`
     /// quantized along `N` (`transpose = false`), or `W` is `[.., N, K]` quantized along `K`
     /// (`transpose = true`, computing `x @ W^T`).

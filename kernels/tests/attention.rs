@@ -205,3 +205,40 @@ fn long_chunks_are_attended_in_blocks() {
     let layer = Layer::new(30, Profile::Gaussian, (2, 1, 64), 700, 600);
     check_against_dequantized_reference(&layer, &cache_spec(4, 4, 32, 64, KeyAxis::PerChannel));
 }
+
+/// A block whose scores over the quantized history would pass the bound (MLX), and every
+/// host call, reads that history in spans with an online softmax: the same attention, for causal chunks that reach into
+/// the history, decode, several query blocks, sinks, and both key groupings, down to spans
+/// of one group.
+#[test]
+fn history_read_in_spans_matches_the_dequantized_reference() {
+    for (tokens, chunk, sinks, axis) in [
+        (700, 50, 0, KeyAxis::PerChannel),
+        (700, 1, 4, KeyAxis::PerChannel),
+        (700, 600, 4, KeyAxis::PerChannel),
+        (500, 9, 16, KeyAxis::PerToken),
+    ] {
+        let layer = Layer::new(tokens as u64, Profile::Outliers, (4, 2, 64), tokens, chunk);
+        let mut spec = cache_spec(2, 4, 32, 32, axis);
+        spec.sinks = sinks;
+        let parts = Parts::new(&layer, &spec);
+        let queries = array(&layer.queries, &[1, 4, chunk, 64]);
+        let scale = 0.125;
+        let (k, v) = dequantized(&layer, &spec);
+        let want = reference_attention::attention(&layer.queries, &k, &v, shape(&layer), scale);
+        let rows = 4 * chunk.min(attention::QUERY_BLOCK);
+        // Spans of one group, of a few groups (the last one short), and one pass.
+        for (span, score_floats) in [(32, 1), (96, rows * 96), (4096, attention::SCORE_FLOATS)] {
+            let view = parts.view();
+            let mlx = attention::attend_mlx_within(&queries, view, scale, score_floats);
+            let host = attention::attend_host_in_spans(&queries, view, scale, span);
+            for (path, got) in [("MLX", mlx), ("host", host)] {
+                let err = reference_attention::compare(&f32s(&got.unwrap()), &want, 64);
+                assert!(
+                    err.relative < 1e-5 && err.max_abs < 1e-4,
+                    "{path}: T={tokens} L={chunk} S={sinks} {axis:?} in spans of {span}: {err:?}"
+                );
+            }
+        }
+    }
+}

@@ -68,7 +68,19 @@ fn weight(x: f32, max: f32) -> f32 {
 /// computed in parts.
 #[inline(always)]
 pub(crate) fn exp_in_place(row: &mut [f32]) -> (f32, f32) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = row_max(row);
+    (max, exp_against(row, max))
+}
+
+#[inline(always)]
+fn row_max(row: &[f32]) -> f32 {
+    row.iter().copied().fold(f32::NEG_INFINITY, f32::max)
+}
+
+/// Replaces each `x` of `row` by its weight `e^(x - max)` (0 where negligible) for a `max`
+/// at least the row's own, and returns their sum.
+#[inline(always)]
+fn exp_against(row: &mut [f32], max: f32) -> f32 {
     // Eight partial sums: one running total would be a chain of dependent additions that
     // keeps the loop (and its `exp`) from being vectorized.
     let mut lanes = [0f32; LANES];
@@ -84,48 +96,82 @@ pub(crate) fn exp_in_place(row: &mut [f32]) -> (f32, f32) {
         *x = weight(*x, max);
         total += *x;
     }
-    (max, total)
+    total
 }
 
-#[inline(always)]
-fn softmax_body(row: &mut [f32]) {
-    let (_, total) = exp_in_place(row);
-    let inv = 1.0 / total;
-    for x in row.iter_mut() {
-        *x *= inv;
-    }
+/// A softmax taken one part of each row at a time (an online softmax): each row's running
+/// maximum `max` and sum `sum`, and its output so far `out` (the weighted values, not yet
+/// divided by the sum).
+pub struct RunningRows<'a> {
+    /// Each row's largest score so far (-inf before its first visible one).
+    pub max: &'a mut [f32],
+    /// Each row's sum of `e^(score - max)` so far.
+    pub sum: &'a mut [f32],
+    /// Each row's weighted values so far, `[rows, out_width]`.
+    pub out: &'a mut [f32],
 }
 
-/// In-place softmax of each row of `rows` (`[n, width]`, row stride `ld`) over its first
-/// `valid[i]` entries; the entries after them are set to 0 (masked keys).
-pub fn softmax_rows(rows: &mut [f32], width: usize, ld: usize, valid: impl Fn(usize) -> usize) {
+/// Folds the next part of each row into `running`: `rows` (`[n, width]`) holds row `i`'s
+/// scores over the part's keys, of which the first `valid(i)` are visible. Each row becomes
+/// its weights against the row's new running maximum (0 where masked), its sum takes them,
+/// and its output so far is rescaled to that maximum, ready for the part's weighted values
+/// to be added.
+pub fn fold_rows(
+    rows: &mut [f32],
+    width: usize,
+    valid: impl Fn(usize) -> usize,
+    running: RunningRows<'_>,
+) {
     // A named function with the target features, not a closure passed to a generic helper:
     // a closure is compiled for the baseline target, without AVX2 (and `exp`'s loops
     // were, until this was found by disassembling the binary).
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx2,fma")]
-        fn avx2(rows: &mut [f32], width: usize, ld: usize, valid: &dyn Fn(usize) -> usize) {
-            rows_body(rows, width, ld, valid);
+        fn avx2(
+            rows: &mut [f32],
+            width: usize,
+            valid: &dyn Fn(usize) -> usize,
+            running: RunningRows<'_>,
+        ) {
+            fold_body(rows, width, valid, running);
         }
         if super::has_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-            return unsafe { avx2(rows, width, ld, &valid) };
+            return unsafe { avx2(rows, width, &valid, running) };
         }
     }
-    rows_body(rows, width, ld, &valid);
+    fold_body(rows, width, &valid, running);
 }
 
 #[inline(always)]
-fn rows_body(rows: &mut [f32], width: usize, ld: usize, valid: &dyn Fn(usize) -> usize) {
-    for (i, row) in rows.chunks_mut(ld).enumerate() {
-        let row = &mut row[..width];
-        let keep = valid(i).min(width);
-        let (seen, hidden) = row.split_at_mut(keep);
-        if !seen.is_empty() {
-            softmax_body(seen);
-        }
+fn fold_body(
+    rows: &mut [f32],
+    width: usize,
+    valid: &dyn Fn(usize) -> usize,
+    running: RunningRows<'_>,
+) {
+    let out_width = running.out.len() / running.max.len().max(1);
+    let outs = running.out.chunks_exact_mut(out_width.max(1));
+    let rows = rows.chunks_exact_mut(width).zip(running.max.iter_mut());
+    for (i, (((row, max), sum), out)) in rows.zip(running.sum.iter_mut()).zip(outs).enumerate() {
+        let (seen, hidden) = row.split_at_mut(valid(i).min(width));
         hidden.fill(0.0);
+        if seen.is_empty() {
+            continue;
+        }
+        let new_max = max.max(row_max(seen));
+        let part = exp_against(seen, new_max);
+        if new_max > *max && *max > f32::NEG_INFINITY {
+            // What came before was weighed against a smaller maximum.
+            let rescale = weight(*max, new_max);
+            *sum *= rescale;
+            for o in out.iter_mut() {
+                *o *= rescale;
+            }
+        }
+        *sum += part;
+        *max = new_max;
     }
 }
 
@@ -185,33 +231,60 @@ mod tests {
         assert_eq!(1.0f32 + (NEGLIGIBLE.exp() * 1e6), 1.0);
     }
 
+    /// Rows folded in three parts, each masked where its keys follow the row's query, give
+    /// the softmax-weighted values of the whole visible row; a part no key of which is
+    /// visible leaves the row as it was.
     #[test]
-    fn rows_sum_to_one_and_masked_entries_are_zero() {
-        let mut rows: Vec<f32> = (0..3 * 10).map(|i| (i as f32 * 0.37).sin() * 5.0).collect();
-        let original = rows.clone();
-        softmax_rows(&mut rows, 8, 10, |i| [8, 3, 1][i]);
-        for (i, keep) in [8usize, 3, 1].into_iter().enumerate() {
-            let row = &rows[i * 10..i * 10 + 8];
-            let sum: f32 = row.iter().sum();
-            assert!((sum - 1.0).abs() < 1e-6);
-            assert!(row[keep..].iter().all(|&x| x == 0.0));
-            let max = original[i * 10..i * 10 + keep]
-                .iter()
-                .copied()
-                .fold(f32::NEG_INFINITY, f32::max);
-            let denom: f64 = original[i * 10..i * 10 + keep]
-                .iter()
-                .map(|&x| f64::from(x - max).exp())
-                .sum();
-            for j in 0..keep {
-                let want = f64::from(original[i * 10 + j] - max).exp() / denom;
-                assert!((f64::from(row[j]) - want).abs() < 1e-6);
-            }
-            // The stride's padding is untouched.
-            assert_eq!(
-                &rows[i * 10 + 8..i * 10 + 10],
-                &original[i * 10 + 8..i * 10 + 10]
+    fn rows_folded_in_parts_are_the_softmax_of_the_whole_row() {
+        let (n, width, dv) = (3usize, 12usize, 2usize);
+        let scores: Vec<f32> = (0..n * width)
+            .map(|i| (i as f32 * 0.37).sin() * 9.0)
+            .collect();
+        let values: Vec<f32> = (0..width * dv).map(|i| (i as f32 * 0.71).cos()).collect();
+        let visible = [12usize, 7, 1];
+        let (mut max, mut sum) = (vec![f32::NEG_INFINITY; n], vec![0f32; n]);
+        let mut out = vec![0f32; n * dv];
+        for part in [0..5usize, 5..9, 9..12] {
+            let mut rows: Vec<f32> = (0..n)
+                .flat_map(|r| scores[r * width..][part.clone()].to_vec())
+                .collect();
+            let len = part.len();
+            let running = RunningRows {
+                max: &mut max,
+                sum: &mut sum,
+                out: &mut out,
+            };
+            fold_rows(
+                &mut rows,
+                len,
+                |r| visible[r].saturating_sub(part.start).min(len),
+                running,
             );
+            for (r, weights) in rows.chunks_exact(len).enumerate() {
+                for (j, &w) in weights.iter().enumerate() {
+                    assert!(j < visible[r].saturating_sub(part.start) || w == 0.0);
+                    for c in 0..dv {
+                        out[r * dv + c] += w * values[(part.start + j) * dv + c];
+                    }
+                }
+            }
+        }
+        for r in 0..n {
+            let row = &scores[r * width..][..visible[r]];
+            let top = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max[r], top);
+            let weights: Vec<f64> = row.iter().map(|&x| f64::from(x - top).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for c in 0..dv {
+                let want: f64 = weights
+                    .iter()
+                    .enumerate()
+                    .map(|(j, w)| w * f64::from(values[j * dv + c]))
+                    .sum::<f64>()
+                    / total;
+                let got = f64::from(out[r * dv + c] / sum[r]);
+                assert!((got - want).abs() < 1e-6, "row {r}: {got} vs {want}");
+            }
         }
     }
 }

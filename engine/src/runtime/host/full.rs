@@ -6,16 +6,17 @@
 //!
 //! A decode step runs the fused kernel's window loops
 //! ([`kivi_kernels::fused::decode_window`]: float16 converted a chunk at a time, the tokens
-//! shared out among threads); a prompt chunk converts the held tokens to float32 once and
-//! runs the host kernel ([`kivi_kernels::host::attention`]: BLAS products and a vectorized
-//! softmax). Appending by concatenation copied the whole cache every step (12.6 MB per layer
+//! shared out among threads); a prompt chunk converts the held tokens to float32 a span of
+//! [`HOST_SPAN`] tokens at a time and folds each into the host kernel's running softmax
+//! ([`kivi_kernels::host::attention::Running`]: BLAS products, a vectorized online softmax). Appending by concatenation copied the whole cache every step (12.6 MB per layer
 //! at 8k tokens, as much as attention itself reads), and MLX's CPU softmax computes `exp`
 //! one lane at a time.
 
 use kivi_kernels::{
+    attention::HOST_SPAN,
     fused,
     host::{
-        attention::{self as host_attention, Segment, Shape},
+        attention::{Running, Segment, Shape},
         readable,
     },
 };
@@ -69,24 +70,28 @@ impl KvCache for HostFullCache {
         let out = if l == 1 {
             fused::decode_window(host_floats(&q)?, qh, host.window(), scale)?
         } else {
+            // The buffer is read in float32 a span at a time, so that a prompt chunk holds
+            // one span's copy however long the context.
             let window = host.window();
-            let (keys, values) = (window.float32(true), window.float32(false));
-            let segment = |data, dim: usize| Segment {
-                data,
-                len: host.len,
-                head_stride: host.len * dim,
-                row_stride: dim,
-                channel_major: false,
-            };
             let mut out = vec![0f32; b * qh * l * dv];
-            host_attention::attend(
-                host_floats(&q)?,
-                shape,
-                &[segment(&keys, dk)],
-                &[segment(&values, dv)],
-                scale,
-                &mut out,
-            )?;
+            let mut running = Running::new(host_floats(&q)?, shape, host.len, scale, &mut out)?;
+            for start in (0..host.len).step_by(HOST_SPAN) {
+                let span = start..host.len.min(start + HOST_SPAN);
+                let n = span.len();
+                let (keys, values) = (
+                    window.float32_span(true, span.clone()),
+                    window.float32_span(false, span),
+                );
+                let segment = |data, dim: usize| Segment {
+                    data,
+                    len: n,
+                    head_stride: n * dim,
+                    row_stride: dim,
+                    channel_major: false,
+                };
+                running.add(start, &[segment(&keys, dk)], &[segment(&values, dv)])?;
+            }
+            running.finish();
             out
         };
         let out = Array::from_slice(&out, &[b as i32, qh as i32, l as i32, dv as i32]);
