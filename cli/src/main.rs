@@ -30,6 +30,8 @@ enum Command {
     Ppl(cmd::ppl::PplArgs),
     /// Needle-in-a-haystack retrieval per KV cache setting, with heat maps.
     Needle(cmd::needle::NeedleArgs),
+    /// What long contexts need on a Mac, per model and KV cache setting (on paper).
+    Plan(cmd::plan::PlanArgs),
     /// One `kivi bench` measurement in a child process (internal).
     #[command(hide = true)]
     BenchWorker(cmd::bench::BenchWorkerArgs),
@@ -52,6 +54,7 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(args) => cmd::bench::run(args),
             Command::Ppl(args) => cmd::ppl::run(args),
             Command::Needle(args) => cmd::needle::run(args),
+            Command::Plan(args) => cmd::plan::run(args),
             Command::BenchWorker(args) => cmd::bench::run_worker(args),
         }
     })

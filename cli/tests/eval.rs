@@ -198,3 +198,40 @@ fn needle_answers_and_draws_a_heat_map_per_configuration() {
         assert_png(&dir.path().join(format!("needle-{name}.png")));
     }
 }
+
+/// `kivi plan` prints one row per model and setting and a cell per context, each with the
+/// smallest Mac that holds it: Gemma 3's largest cache is float16 at 128k.
+#[test]
+fn plan_prints_a_row_per_model_and_setting() {
+    let out = Command::new(env!("CARGO_BIN_EXE_kivi"))
+        .args(["plan", "--contexts", "32k,128k"])
+        .output()
+        .expect("kivi starts");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| model"))
+        .map(|l| l.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    assert_eq!(rows.len(), 3 * 4, "{text}");
+    // "2.4 / 9.7 · 16 GB": the KV cache's GiB.
+    let kv = |cell: &str| cell.split(' ').next().unwrap().parse::<f64>().unwrap();
+    let gemma: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == "Gemma 3 12B").collect();
+    let float16 = gemma.iter().find(|r| r[1] == "float16").unwrap();
+    assert!(
+        gemma
+            .iter()
+            .all(|r| kv(r[3]) <= kv(float16[3]) && kv(r[2]) < kv(r[3])),
+        "{text}"
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r[2..].iter().all(|c| c.ends_with(" GB"))),
+        "{text}"
+    );
+}

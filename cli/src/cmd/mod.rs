@@ -4,5 +4,6 @@ pub mod bench;
 pub mod chat;
 pub mod generate;
 pub mod needle;
+pub mod plan;
 pub mod ppl;
 pub mod serve;

@@ -15,10 +15,13 @@
 //! - the runtime and activations, as the download warning counts them
 //!   ([`MemoryEstimate`], in `estimate.rs`).
 //!
+//! The same accounting plans models this machine does not run ([`plan`]: `kivi plan`).
+//!
 //! The available memory is the system's (`sysinfo`), or a figure the caller injects
 //! ([`crate::session::EngineOptions::available_memory`]), which is how the tests drive it.
 
 mod estimate;
+pub mod plan;
 
 pub use estimate::{MemoryCheck, MemoryEstimate, MemoryFit};
 
