@@ -324,6 +324,14 @@ impl Default for Backend {
     }
 }
 
+/// Hands the buffers MLX keeps for reuse back to the system. Between prompt chunks (as
+/// mlx-lm does): a growing KIVI history frees an array of the previous length at each
+/// flush, and the allocator's cache of such buffers would otherwise grow with the context.
+pub(crate) fn release_freed_buffers() {
+    // SAFETY: no arguments; MLX's allocator frees only buffers no array holds.
+    unsafe { mlx_sys::mlx_clear_cache() };
+}
+
 /// Whether MLX can run on a GPU here (Metal or CUDA).
 fn gpu_available() -> bool {
     let (mut metal, mut cuda) = (false, false);

@@ -506,6 +506,10 @@ impl Parts<'_> {
                 let at = sinks + start;
                 let scores = self.masked(keys.matmul(q, per_token)?, at..at + n)?;
                 online.fold(&scores, |w| values.matmul(w, false))?;
+                // Computed now, so that each span's scores are freed before the next
+                // span's are made: left lazy, MLX may schedule every span's products
+                // before their folds and hold them all at once.
+                online.eval()?;
             }
         }
         if let Some((keys, values)) = self.window {
@@ -563,6 +567,14 @@ impl Online {
                 ]
             }
         });
+        Ok(())
+    }
+
+    /// Evaluates the running state.
+    fn eval(&self) -> Result<(), KernelError> {
+        if let Some(state) = &self.state {
+            mlx_rs::transforms::eval(state.iter())?;
+        }
         Ok(())
     }
 

@@ -31,6 +31,7 @@ pub fn prefill(
     let (last, head) = pieces.split_last().expect("at least one chunk");
     for piece in head {
         model.forward(piece, caches)?.eval()?;
+        crate::backend::release_freed_buffers();
     }
     let hidden = model.forward(last, caches)?;
     let logits = model.last_logits(&hidden)?;

@@ -341,6 +341,7 @@ impl Worker {
             } else {
                 hidden.eval()?;
             }
+            crate::backend::release_freed_buffers();
             let _ = events.send(Event::Prefill {
                 done: counts.prefilled,
                 total: pending.len(),
