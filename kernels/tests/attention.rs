@@ -242,3 +242,41 @@ fn history_read_in_spans_matches_the_dequantized_reference() {
         }
     }
 }
+
+/// The Mac's dtype: float16 queries, window, scales and zeros. The spans give what one
+/// pass gives, to float16 rounding, and both stay near the float32 reference.
+#[test]
+fn history_read_in_spans_in_float16_matches_one_pass() {
+    use mlx_rs::Dtype;
+    let (tokens, chunk) = (700, 300);
+    let layer = Layer::new(11, Profile::Outliers, (4, 2, 64), tokens, chunk);
+    let spec = CacheSpec {
+        storage: reference::Storage::F16,
+        ..cache_spec(4, 2, 32, 32, KeyAxis::PerChannel)
+    };
+    let half = |data: &[f32], shape: &[usize]| array(data, shape).as_dtype(Dtype::Float16).unwrap();
+    let kv_shape = [1, 2, tokens, 64];
+    let parts = Parts::from_arrays(
+        &half(&layer.keys, &kv_shape),
+        &half(&layer.values, &kv_shape),
+        &spec,
+    );
+    let queries = half(&layer.queries, &[1, 4, chunk, 64]);
+    let scale = 0.125;
+    let run = |score_floats| {
+        let out = attention::attend_mlx_within(&queries, parts.view(), scale, score_floats);
+        let out = out.unwrap();
+        assert_eq!(out.dtype(), Dtype::Float16);
+        f32s(&out.as_dtype(Dtype::Float32).unwrap())
+    };
+    let (one_pass, spans) = (run(attention::SCORE_FLOATS), run(4 * 256 * 64));
+    let err = reference_attention::compare(&spans, &one_pass, 64);
+    // A unit in the last place of float16 near the outliers' outputs (16-32) is 0.016-0.031:
+    // the bound is relative.
+    assert!(err.relative < 3e-3 && err.cosine > 0.99999, "{err:?}");
+    let (k, v) = dequantized(&layer, &spec);
+    let want = reference_attention::attention(&layer.queries, &k, &v, shape(&layer), scale);
+    let err = reference_attention::compare(&spans, &want, 64);
+    // Queries, products and output in float16: a few units in its last place.
+    assert!(err.relative < 1e-2 && err.cosine > 0.9999, "{err:?}");
+}
