@@ -25,9 +25,10 @@ pub struct ModelArgs {
     /// else the platform's (mlx-gpu-f16 on Apple silicon, host elsewhere).
     #[arg(long)]
     pub backend: Option<Backend>,
-    /// Context window in tokens (default: the model's).
+    /// Context window in tokens (default: the model's), or `fit`: the longest the model
+    /// allows and this machine's available memory holds with the chosen cache.
     #[arg(long)]
-    pub context: Option<usize>,
+    pub context: Option<ContextArg>,
     /// KV cache: `full`, or a KIVI name `k<2|4>v<2|4>[-g<group>][-r<residual>][-s<sinks>]
     /// [-rot|-rotk|-rotv|-rota]`, e.g. `k4v4-g32-r128` or `k2v2-g32-r128-s4-rota` (`-rota`:
     /// each head rotated only where that quantizes it better).
@@ -36,6 +37,29 @@ pub struct ModelArgs {
     /// Prompt tokens per prefill step.
     #[arg(long, default_value_t = 256)]
     pub prefill_chunk: usize,
+}
+
+/// `--context`: a number of tokens, or `fit`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextArg {
+    /// This many tokens.
+    Tokens(usize),
+    /// The longest that fits this machine.
+    Fit,
+}
+
+impl std::str::FromStr for ContextArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.trim().eq_ignore_ascii_case("fit") {
+            return Ok(ContextArg::Fit);
+        }
+        match s.trim().parse() {
+            Ok(n) if n > 0 => Ok(ContextArg::Tokens(n)),
+            _ => Err(format!("{s:?} is neither a number of tokens nor `fit`")),
+        }
+    }
 }
 
 impl ModelArgs {
@@ -53,7 +77,11 @@ impl ModelArgs {
             options.download_progress = crate::download::progress_bar();
         }
         options.cache = self.cache;
-        options.context_length = self.context;
+        match self.context {
+            Some(ContextArg::Tokens(n)) => options.context_length = Some(n),
+            Some(ContextArg::Fit) => options.fit_context = true,
+            None => {}
+        }
         options.prefill_chunk = self.prefill_chunk;
         options.backend = Some(self.backend()?);
         Ok(options)

@@ -146,8 +146,35 @@ fn bad_settings_are_explained() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("multiple of the group size"), "{stderr}");
 
+    let out = kivi(&["generate", "--context", "lots", "x"], "");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("neither a number of tokens nor `fit`"),
+        "{stderr}"
+    );
+
     let out = kivi(&["generate", "--model", "/nonexistent/model.gguf", "x"], "");
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("neither an existing file"), "{stderr}");
+}
+
+/// `--context fit` takes the longest context this machine's memory holds: the whole of
+/// SmolLM2's 8192 tokens with its default cache here (the engine's own test holds the
+/// choice when memory is short).
+#[test]
+fn context_fit_takes_the_longest_that_fits() {
+    let model = model();
+    let args = [
+        "generate",
+        "--model",
+        model.to_str().unwrap(),
+        "--context",
+        "fit",
+    ];
+    let out = kivi(&[&args[..], &["--max-tokens", "2", "The sea"]].concat(), "");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("context 8192"), "{stderr}");
 }

@@ -203,6 +203,48 @@ async fn the_kv_cache_of_the_context_counts_and_kivi_makes_it_fit() {
     Engine::load(options).await.unwrap();
 }
 
+/// "Fit this machine": with memory for the weights and about half the full cache, the
+/// engine takes the longest context that fits (a step of 256 more would not), and the
+/// default KIVI cache fits the model's whole context in the same memory.
+#[tokio::test]
+async fn fit_this_machine_takes_the_longest_context_that_fits() {
+    let path = smollm2_path();
+    let full = budget::estimate(&path, None, &CacheConfig::Full, &Backend::HOST).unwrap();
+    let available = full.total() - full.kv_cache / 2;
+    let fitted =
+        budget::longest_context(&path, &CacheConfig::Full, &Backend::HOST, Some(available))
+            .unwrap();
+    assert!(
+        fitted.context < 8192 && fitted.context.is_multiple_of(256),
+        "{fitted:?}"
+    );
+    assert!(fitted.total() <= available);
+    let longer = budget::estimate(
+        &path,
+        Some(fitted.context + 256),
+        &CacheConfig::Full,
+        &Backend::HOST,
+    )
+    .unwrap();
+    assert!(longer.total() > available, "{longer:?}");
+    let kivi = CacheConfig::recommended();
+    let whole = budget::longest_context(&path, &kivi, &Backend::HOST, Some(available)).unwrap();
+    assert_eq!(whole.context, 8192);
+
+    // The engine loads with the fitted context; with too little memory for even a short
+    // one it refuses, as a fixed context does.
+    let mut options = EngineOptions::new(ModelSource::Path(path.clone()));
+    options.available_memory = Some(available);
+    options.fit_context = true;
+    options.context_length = Some(8192);
+    let engine = Engine::load(options.clone()).await.unwrap();
+    assert_eq!(engine.context_length(), fitted.context);
+    drop(engine);
+    options.available_memory = Some(full.weights);
+    let err = Engine::load(options).await.err().expect("refused");
+    assert!(err.to_string().contains("not enough memory"), "{err}");
+}
+
 #[tokio::test]
 async fn the_kv_estimate_matches_the_real_buffers() {
     for (fixture, shape) in [

@@ -182,6 +182,78 @@ pub fn kv_cache_bytes(
     per_head * (global * shape.kv_heads) as u64 + window_bytes
 }
 
+/// What a model's memory needs depend on, read once from its files' headers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct ModelMemory {
+    /// The weights once loaded.
+    weights: u64,
+    /// Its caches' shape, where the engine can read it.
+    shape: Option<KvShape>,
+    /// Its trained context.
+    max_context: usize,
+}
+
+impl ModelMemory {
+    /// Reads the model at `path` as `backend` would load it.
+    fn read(path: &Path, backend: &Backend) -> Result<Self, LoadError> {
+        let dtype = backend.precision().bytes();
+        Ok(match model_files(path)? {
+            ModelFiles::Gguf(file) => {
+                let header = crate::gguf::validate_file(&file)?;
+                // The model's own configuration where the engine reads it (window layers
+                // included); otherwise the plain shape, and the loader says what is wrong.
+                let (shape, max_context) =
+                    match crate::weights::gguf::Gguf::open(&file).and_then(|g| g.config()) {
+                        Ok(config) => (Some(KvShape::of(&config)), config.context_length),
+                        Err(_) => gguf_shape(&header.metadata),
+                    };
+                Self {
+                    weights: gguf_weight_bytes(&header, dtype),
+                    shape,
+                    max_context,
+                }
+            }
+            ModelFiles::Folder(dir) => {
+                let json = read_json(&dir.join("config.json"))?;
+                let config = ModelConfig::from_hf_json(&json)?;
+                let stored: u64 = shard_paths(&dir)?
+                    .iter()
+                    .filter_map(|p| std::fs::metadata(p).ok())
+                    .map(|m| m.len())
+                    .sum();
+                let half = matches!(
+                    json.get("torch_dtype").and_then(|v| v.as_str()),
+                    Some("float16" | "bfloat16")
+                );
+                let dense = json.get("quantization").is_none();
+                Self {
+                    weights: if half && dense && dtype == 4 {
+                        stored * 2
+                    } else {
+                        stored
+                    },
+                    shape: Some(KvShape::of(&config)),
+                    max_context: config.context_length,
+                }
+            }
+        })
+    }
+
+    /// The need with a cache of `context` tokens (at most the model's own).
+    fn need(&self, context: usize, cache: &CacheConfig, backend: &Backend) -> MemoryNeed {
+        let context = context.min(self.max_context);
+        MemoryNeed {
+            weights: self.weights,
+            kv_cache: self
+                .shape
+                .map_or(0, |s| kv_cache_bytes(s, context, cache, backend)),
+            overhead: MemoryEstimate::from_weights(self.weights).overhead_bytes,
+            context,
+            cache: *cache,
+        }
+    }
+}
+
 /// Estimates the memory the model at `path` needs on `backend` with a KV cache for
 /// `context` tokens (`None`: the model's own context length; longer requests are clamped
 /// to it, the loader refuses them on its own).
@@ -191,50 +263,8 @@ pub fn estimate(
     cache: &CacheConfig,
     backend: &Backend,
 ) -> Result<MemoryNeed, LoadError> {
-    let dtype = backend.precision().bytes();
-    let (weights, shape, max_context) = match model_files(path)? {
-        ModelFiles::Gguf(file) => {
-            let header = crate::gguf::validate_file(&file)?;
-            // The model's own configuration where the engine reads it (window layers
-            // included); otherwise the plain shape, and the loader says what is wrong.
-            let (shape, max_context) =
-                match crate::weights::gguf::Gguf::open(&file).and_then(|g| g.config()) {
-                    Ok(config) => (Some(KvShape::of(&config)), config.context_length),
-                    Err(_) => gguf_shape(&header.metadata),
-                };
-            (gguf_weight_bytes(&header, dtype), shape, max_context)
-        }
-        ModelFiles::Folder(dir) => {
-            let json = read_json(&dir.join("config.json"))?;
-            let config = ModelConfig::from_hf_json(&json)?;
-            let stored: u64 = shard_paths(&dir)?
-                .iter()
-                .filter_map(|p| std::fs::metadata(p).ok())
-                .map(|m| m.len())
-                .sum();
-            let half = matches!(
-                json.get("torch_dtype").and_then(|v| v.as_str()),
-                Some("float16" | "bfloat16")
-            );
-            let dense = json.get("quantization").is_none();
-            let weights = if half && dense && dtype == 4 {
-                stored * 2
-            } else {
-                stored
-            };
-            (weights, Some(KvShape::of(&config)), config.context_length)
-        }
-    };
-    let context = context.unwrap_or(max_context).min(max_context);
-    let kv_cache = shape.map_or(0, |s| kv_cache_bytes(s, context, cache, backend));
-    let overhead = MemoryEstimate::from_weights(weights).overhead_bytes;
-    Ok(MemoryNeed {
-        weights,
-        kv_cache,
-        overhead,
-        context,
-        cache: *cache,
-    })
+    let model = ModelMemory::read(path, backend)?;
+    Ok(model.need(context.unwrap_or(model.max_context), cache, backend))
 }
 
 /// Refuses the model when its estimate exceeds `available` bytes (`None`: what the
@@ -247,7 +277,45 @@ pub fn check_fits(
     available: Option<u64>,
 ) -> Result<MemoryNeed, LoadError> {
     let need = estimate(path, context, cache, backend)?;
+    refuse_beyond(need, available.unwrap_or_else(available_memory))
+}
+
+/// The shortest context [`longest_context`] offers.
+pub const MIN_FIT_CONTEXT: usize = 512;
+
+/// The longest context, up to the model's own and in steps of 256 tokens, whose estimate
+/// with `cache` fits in `available` bytes (`None`: what the system has available now): a
+/// context setting of "fit this machine". Refuses the model when not even
+/// [`MIN_FIT_CONTEXT`] tokens fit.
+pub fn longest_context(
+    path: &Path,
+    cache: &CacheConfig,
+    backend: &Backend,
+    available: Option<u64>,
+) -> Result<MemoryNeed, LoadError> {
+    let model = ModelMemory::read(path, backend)?;
     let available = available.unwrap_or_else(available_memory);
+    let fits = |context| model.need(context, cache, backend).total() <= available;
+    let top = model.max_context;
+    let context = if fits(top) {
+        top
+    } else {
+        // The need grows with the context: the largest step that fits, by bisection.
+        let (mut lo, mut hi) = (0, top / 256);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid * 256) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        (lo * 256).max(MIN_FIT_CONTEXT.min(top))
+    };
+    refuse_beyond(model.need(context, cache, backend), available)
+}
+
+fn refuse_beyond(need: MemoryNeed, available: u64) -> Result<MemoryNeed, LoadError> {
     if need.total() > available {
         return Err(LoadError::InsufficientMemory {
             needed: need.total(),

@@ -90,16 +90,19 @@ impl Engine {
                     .map_or_else(Backend::chosen, Ok)
                     .map_err(LoadError::from);
                 let loaded = backend.and_then(|backend| {
-                    crate::budget::check_fits(
-                        &path,
-                        options.context_length,
-                        &options.cache,
-                        &backend,
-                        options.available_memory,
-                    )?;
-                    load_local(&path, backend)
+                    let (cache, available) = (&options.cache, options.available_memory);
+                    let fitted = if options.fit_context {
+                        let need =
+                            crate::budget::longest_context(&path, cache, &backend, available)?;
+                        Some(need.context)
+                    } else {
+                        let context = options.context_length;
+                        crate::budget::check_fits(&path, context, cache, &backend, available)?;
+                        None
+                    };
+                    Ok((load_local(&path, backend)?, fitted))
                 });
-                let loaded = match loaded {
+                let (loaded, fitted) = match loaded {
                     Ok(loaded) => loaded,
                     Err(e) => {
                         let _ = ready_tx.send(Err(EngineError::Load(e)));
@@ -107,7 +110,7 @@ impl Engine {
                     }
                 };
                 let max = loaded.info.config.context_length;
-                let context_length = options.context_length.unwrap_or(max);
+                let context_length = fitted.or(options.context_length).unwrap_or(max);
                 if context_length > max {
                     let _ = ready_tx.send(Err(EngineError::ContextTooLong {
                         requested: context_length,

@@ -17,6 +17,10 @@ pub struct EngineOptions {
     pub cache: CacheConfig,
     /// Context window; `None` uses the model's training context.
     pub context_length: Option<usize>,
+    /// Take the longest context the model allows and the memory holds with `cache`
+    /// instead ([`crate::budget::longest_context`]: "fit this machine"); `context_length`
+    /// is then ignored.
+    pub fit_context: bool,
     /// Prompt tokens per prefill step (cancellation and progress are per chunk).
     pub prefill_chunk: usize,
     /// Conversations whose caches are kept for prefix reuse.
@@ -46,6 +50,7 @@ impl EngineOptions {
             source,
             cache: CacheConfig::Full,
             context_length: None,
+            fit_context: false,
             prefill_chunk: 256,
             max_cached_conversations: 2,
             stats_interval: DEFAULT_STATS_INTERVAL,
