@@ -180,6 +180,36 @@ def main():
     except openai.AuthenticationError as e:
         check("401 for a wrong key", e.status_code == 401 and e.code == "invalid_api_key", e.body)
 
+    # OpenAI fields the server does not honour: accepted at the value that asks for
+    # nothing, refused by name otherwise; a field OpenAI does not have is refused too.
+    out = client.chat.completions.create(
+        model=model, messages=question, max_tokens=2, temperature=0,
+        user="u-1", frequency_penalty=0, presence_penalty=0, logit_bias={}, store=False,
+        metadata={"team": "docs"},
+    )
+    check("defaults and labels accepted", out.choices[0].finish_reason in ("stop", "length"), out)
+    for name, kwargs in [
+        ("frequency_penalty", {"frequency_penalty": 0.5}),
+        ("logit_bias", {"logit_bias": {"50256": -100}}),
+        ("store", {"store": True}),
+        ("reasoning_effort", {"reasoning_effort": "low"}),
+        ("temprature", {"extra_body": {"temprature": 0}}),
+    ]:
+        try:
+            client.chat.completions.create(model=model, messages=question, max_tokens=2, **kwargs)
+            check(f"400 for {name}", False, "no error")
+        except openai.BadRequestError as e:
+            check(
+                f"400 unsupported_parameter for {name}",
+                e.param == name and e.code == "unsupported_parameter",
+                e.body,
+            )
+    try:
+        client.completions.create(model=model, prompt="Once", max_tokens=2, suffix=" end")
+        check("400 for suffix", False, "no error")
+    except openai.BadRequestError as e:
+        check("400 unsupported_parameter for suffix", e.param == "suffix", e.body)
+
     print("all openai client checks passed", flush=True)
 
 

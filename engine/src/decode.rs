@@ -7,15 +7,20 @@
 //! `n`, and no step waits for the host. The host backend's kernels run on host values, so
 //! there each token is read first and fed when the next one is asked for.
 //!
+//! A constrained answer ([`crate::grammar`]) is not pipelined: the mask of step `n + 1`
+//! depends on token `n`, so each token is read and given to the parser before the next
+//! step's logits are masked and sampled.
+//!
 //! So when the caller stops, the caches may hold one token more than it accepted (an
 //! end-of-text token fed before it was read) or, on the host backend, one fewer (the last
 //! accepted token, never fed): the caller compares the caches' length with its tokens and
 //! cuts the longer back (`session::prefix::Slot::sync`).
 
-use mlx_rs::{error::Exception, transforms::async_eval, Array};
+use mlx_rs::{error::Exception, ops, transforms::async_eval, Array};
 
 use crate::cache::KvCache;
 use crate::error::ModelError;
+use crate::grammar::Constraint;
 use crate::model::Llama;
 use crate::sampling::{Context, Sampler};
 
@@ -26,27 +31,46 @@ pub struct Decoder {
     pipelined: bool,
     /// The next token to hand out, sampled (maybe still being computed).
     pending: Option<Array>,
-    /// A token handed out but not fed to the model yet (the host backend).
+    /// A token handed out but not fed to the model yet (the host backend, and any
+    /// constrained answer).
     unfed: Option<u32>,
+    /// The format the answer must keep to.
+    constraint: Option<Constraint>,
 }
 
 impl Decoder {
     /// Starts from `logits` (`[vocab]`, the prefill's last position) after the tokens
-    /// `context` that the caches hold, for `model`.
+    /// `context` that the caches hold, for `model`; with a `constraint`, every token keeps
+    /// to its format.
     pub fn new(
         model: &Llama,
-        mut sampler: Sampler,
+        sampler: Sampler,
         logits: &Array,
         context: &[u32],
+        constraint: Option<Constraint>,
     ) -> Result<Self, ModelError> {
-        let first = sampler.sample(logits, Context::known(context))?;
-        async_eval([&first])?;
-        Ok(Self {
-            pipelined: model.pipelines(),
+        let mut decoder = Self {
+            pipelined: model.pipelines() && constraint.is_none(),
             sampler,
-            pending: Some(first),
+            pending: None,
             unfed: None,
-        })
+            constraint,
+        };
+        let first = decoder.sample(logits, Context::known(context))?;
+        async_eval([&first])?;
+        decoder.pending = Some(first);
+        Ok(decoder)
+    }
+
+    /// A token from `logits`, masked by the constraint if there is one.
+    fn sample(&mut self, logits: &Array, context: Context<'_>) -> Result<Array, ModelError> {
+        let Some(constraint) = self.constraint.as_mut() else {
+            return Ok(self.sampler.sample(logits, context)?);
+        };
+        let logits = logits.reshape(&[-1])?;
+        let mask = constraint.mask(logits.dim(0) as usize)?;
+        let masked = ops::add(&logits.as_dtype(mlx_rs::Dtype::Float32)?, &mask)?;
+        Ok(self.sampler.sample(&masked, context)?)
     }
 
     /// The next token. `context` is every token the caches should hold before it (the
@@ -63,7 +87,7 @@ impl Decoder {
     ) -> Result<u32, ModelError> {
         if let Some(token) = self.unfed.take() {
             let logits = step(model, &Array::from_slice(&[token], &[1]), caches)?;
-            self.pending = Some(self.sampler.sample(&logits, Context::known(context))?);
+            self.pending = Some(self.sample(&logits, Context::known(context))?);
         }
         let current = self
             .pending
@@ -82,6 +106,9 @@ impl Decoder {
             self.pending = Some(next);
         }
         let token = read_token(&current)?;
+        if let Some(constraint) = self.constraint.as_mut() {
+            constraint.commit(token)?;
+        }
         if more && !self.pipelined {
             self.unfed = Some(token);
         }

@@ -114,4 +114,7 @@ pub enum ModelError {
     /// An array that a GPU stream would refuse (see [`crate::gpu_rules`]).
     #[error(transparent)]
     GpuRule(#[from] crate::gpu_rules::GpuRuleError),
+    /// The answer's format cannot be kept to.
+    #[error(transparent)]
+    Grammar(#[from] crate::grammar::GrammarError),
 }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod eval;
 pub mod gguf;
 pub mod gpu_rules;
+pub mod grammar;
 #[cfg(feature = "hub")]
 pub mod hub;
 pub mod loader;

@@ -73,7 +73,8 @@ fn the_decoder_gives_the_step_by_step_tokens_and_caches() {
             let logits = prefill(&loaded.model, &mut caches, &prompt, 16).unwrap();
             let sampler = Sampler::new(SamplingParams::greedy()).unwrap();
             let mut context = prompt.clone();
-            let mut decoder = Decoder::new(&loaded.model, sampler, &logits, &context).unwrap();
+            let mut decoder =
+                Decoder::new(&loaded.model, sampler, &logits, &context, None).unwrap();
             let mut got = Vec::new();
             for step in 0..STEPS {
                 let more = step + 1 < STEPS;
@@ -108,7 +109,7 @@ fn the_caches_are_one_token_off_where_the_caller_stops() {
         let logits = prefill(&loaded.model, &mut caches, &prompt, 64).unwrap();
         let sampler = Sampler::new(SamplingParams::greedy()).unwrap();
         let mut context = prompt.clone();
-        let mut decoder = Decoder::new(&loaded.model, sampler, &logits, &context).unwrap();
+        let mut decoder = Decoder::new(&loaded.model, sampler, &logits, &context, None).unwrap();
         for _ in 0..5 {
             let token = decoder
                 .next_token(&loaded.model, &mut caches, &context, true)

@@ -147,6 +147,7 @@ async fn a_long_document_is_prefilled_in_chunks_with_progress() {
         sampling: SamplingParams::greedy(),
         max_tokens: 8,
         cache: None,
+        format: None,
     };
     let counted = engine.count_prompt(&request.prompt).await.unwrap();
     assert!(counted > 7000, "{counted} prompt tokens");

@@ -68,6 +68,7 @@ fn chat_with(document: &str, max_tokens: usize) -> Request {
         sampling: SamplingParams::greedy(),
         max_tokens,
         cache: None,
+        format: None,
     }
 }
 

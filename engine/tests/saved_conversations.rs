@@ -31,6 +31,7 @@ fn chat(messages: Vec<Message>, max_tokens: usize, cache: CacheConfig) -> Reques
         sampling: SamplingParams::greedy(),
         max_tokens,
         cache: Some(cache),
+        format: None,
     }
 }
 

@@ -18,6 +18,7 @@ fn chat(messages: Vec<Message>, documents: Vec<Document>, max_tokens: usize) -> 
         sampling: SamplingParams::greedy(),
         max_tokens,
         cache: None,
+        format: None,
     }
 }
 

@@ -10,8 +10,9 @@ use crate::stats::Stats;
 /// The body of `POST /v1/chat/completions` and `POST /v1/completions` (one type for
 /// both: the handler checks that `messages` or `prompt` is there). Fields whose JSON
 /// type varies (`stop`, `prompt`, message `content`, `kv_cache`) stay [`Value`]s and are
-/// checked by hand, for error messages that say what is allowed. Unknown fields are
-/// ignored, as OpenAI-compatible servers do.
+/// checked by hand, for error messages that say what is allowed. Every other field is
+/// kept in `others` and checked by [`super::fields`]: accepted where it asks for nothing,
+/// refused by name otherwise.
 #[derive(Debug, Default, Deserialize)]
 pub struct CompletionBody {
     /// Must name the served model when given.
@@ -48,9 +49,15 @@ pub struct CompletionBody {
     pub echo: Option<bool>,
     /// Tools are not supported (an empty list is accepted).
     pub tools: Option<Value>,
+    /// `{"type": "text" | "json_object" | "json_schema", ...}`: JSON answers by
+    /// constrained decoding.
+    pub response_format: Option<Value>,
     /// Extension: the KV cache for this request, `"full"`, a short name like
     /// `"k2v2-g32-r128"`, or `{k_bits, v_bits, group_size, residual_length}`.
     pub kv_cache: Option<Value>,
+    /// Every other field, for [`super::fields::check_others`].
+    #[serde(flatten)]
+    pub others: serde_json::Map<String, Value>,
 }
 
 /// One message of a chat request.

@@ -5,6 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::grammar::GrammarError;
 use crate::session::EngineError;
 
 /// An error response.
@@ -153,13 +154,15 @@ impl ApiError {
     }
 
     /// An engine error reported before the first token, classified: a prompt that does
-    /// not fit the context or renders to nothing is the client's to fix (400), anything
-    /// else is the server's (500). `prompt_param` names the field that holds the prompt.
+    /// not fit the context or renders to nothing, or a schema the grammar engine refuses,
+    /// is the client's to fix (400), anything else is the server's (500). `prompt_param` names the field that holds the prompt.
     pub fn from_engine_message(message: &str, prompt_param: &str) -> Self {
         if is_context_overflow(message) {
             Self::invalid(message, Some(prompt_param)).with_code("context_length_exceeded")
         } else if message == EngineError::EmptyPrompt.to_string() {
             Self::invalid(message, Some(prompt_param))
+        } else if message.starts_with(GrammarError::PREFIX) {
+            Self::invalid(message, Some("response_format"))
         } else {
             Self::server(message)
         }

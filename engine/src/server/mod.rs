@@ -6,7 +6,9 @@
 //! conversations that extend an earlier one reuse its KV cache (the engine's prefix
 //! reuse), reported as `usage.prompt_tokens_details.cached_tokens`. The extension field
 //! `kv_cache` picks the cache per request, and `usage.kv_cache` reports its bytes against
-//! float16. See `docs/server.md` for the wire format and examples.
+//! float16. `response_format` (`json_object`, `json_schema`) is kept to by constrained
+//! decoding ([`crate::grammar`]); every other OpenAI field is honoured or refused by name
+//! (`fields.rs`). See `docs/server.md` for the wire format, the field table and examples.
 //!
 //! The CLI (`kivi serve`) and the desktop app start the same server:
 //!
@@ -24,6 +26,7 @@
 
 mod api;
 mod error;
+mod fields;
 mod meta;
 mod params;
 mod queue;

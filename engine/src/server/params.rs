@@ -6,6 +6,7 @@ use serde_json::Value;
 use super::api::{ChatMessage, CompletionBody};
 use super::error::ApiError;
 use crate::cache::{CacheConfig, ConfigError, KiviConfig};
+use crate::grammar::OutputFormat;
 use crate::sampling::SamplingParams;
 use crate::session::{Prompt, Request};
 use crate::tokenizer::{Message, Role};
@@ -119,6 +120,7 @@ pub fn plan(
             Prompt::Text(text_prompt(prompt)?)
         }
     };
+    super::fields::check_others(&body.others)?;
     if let Some(n) = body.n {
         if n != 1 {
             return Err(ApiError::unsupported(
@@ -165,6 +167,7 @@ pub fn plan(
     let sampling = sampling(&body)?;
     let stops = stops(body.stop)?;
     let cache = body.kv_cache.map(kv_cache).transpose()?;
+    let format = response_format(body.response_format)?;
     let stream = body.stream.unwrap_or(false);
     let include_usage = stream
         && body
@@ -177,11 +180,57 @@ pub fn plan(
             sampling,
             max_tokens,
             cache,
+            format,
         },
         stream,
         include_usage,
         stops,
     })
+}
+
+/// `response_format`: `{"type": "text"}` (the default), `{"type": "json_object"}`, or
+/// `{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}`. Both JSON kinds
+/// are kept to by constrained decoding, `strict` or not; a schema the grammar engine
+/// refuses comes back as a 400 on `response_format` before the prompt is read.
+fn response_format(value: Option<Value>) -> Result<Option<OutputFormat>, ApiError> {
+    const PARAM: &str = "response_format";
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let kind = value.get("type").and_then(Value::as_str).ok_or_else(|| {
+        ApiError::invalid(
+            "`response_format` must be an object with a `type`: \"text\", \"json_object\" or \"json_schema\"",
+            Some(PARAM),
+        )
+    })?;
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(OutputFormat::JsonObject)),
+        "json_schema" => {
+            let spec = value.get("json_schema").ok_or_else(|| {
+                ApiError::invalid(
+                    "Missing required parameter: 'response_format.json_schema'",
+                    Some("response_format.json_schema"),
+                )
+            })?;
+            match spec.get("schema") {
+                None => Ok(Some(OutputFormat::JsonObject)),
+                Some(schema) if schema.is_object() => Ok(Some(OutputFormat::JsonSchema {
+                    schema: schema.clone(),
+                })),
+                Some(_) => Err(ApiError::invalid(
+                    "`response_format.json_schema.schema` must be a JSON object",
+                    Some("response_format.json_schema.schema"),
+                )),
+            }
+        }
+        other => Err(ApiError::invalid(
+            format!(
+                "Invalid value for `response_format.type`: {other:?} (expected \"text\", \"json_object\" or \"json_schema\")"
+            ),
+            Some("response_format.type"),
+        )),
+    }
 }
 
 fn at_least_one(param: &str) -> ApiError {

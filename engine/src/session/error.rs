@@ -49,6 +49,9 @@ pub enum EngineError {
     /// A conversation could not be written to or read from its cache file.
     #[error(transparent)]
     CacheFile(#[from] crate::cache::file::CacheFileError),
+    /// The request's output format cannot be used (a schema the grammar engine refuses).
+    #[error(transparent)]
+    Grammar(#[from] crate::grammar::GrammarError),
     /// The model thread could not be started.
     #[error("cannot start the model thread: {0}")]
     Spawn(std::io::Error),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::cache::CacheConfig;
+use crate::grammar::OutputFormat;
 use crate::sampling::SamplingParams;
 use crate::stats::Stats;
 use crate::tokenizer::Message;
@@ -66,6 +67,9 @@ pub struct Request {
     pub max_tokens: usize,
     /// KV cache to run with; `None` uses the engine's default.
     pub cache: Option<CacheConfig>,
+    /// The shape the answer must take (JSON, or JSON under a schema); `None` is free text.
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
 }
 
 impl Request {
@@ -79,6 +83,7 @@ impl Request {
             sampling: SamplingParams::default(),
             max_tokens: 512,
             cache: None,
+            format: None,
         }
     }
 
@@ -89,6 +94,7 @@ impl Request {
             sampling: SamplingParams::default(),
             max_tokens: 512,
             cache: None,
+            format: None,
         }
     }
 }

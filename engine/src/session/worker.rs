@@ -19,6 +19,7 @@ use super::request::{Event, FinishReason, Prompt, Request};
 use super::saved::{self, SavedConversation};
 use crate::cache::CacheConfig;
 use crate::decode::{prompt_pieces, Decoder};
+use crate::grammar::{Constraint, TokenTable};
 use crate::loader::LoadedModel;
 use crate::sampling::Sampler;
 use crate::stats::{KvStats, MemoryProbe, Phase, Stats};
@@ -79,6 +80,9 @@ pub struct Worker {
     memory: MemoryProbe,
     /// What names this model in cache files (`saved::model_id`).
     model_id: String,
+    /// The model's tokens for constrained answers, built by the first request that asks
+    /// for a format.
+    tokens: Option<TokenTable>,
 }
 
 /// Timing of one request, for its statistics.
@@ -107,6 +111,7 @@ impl Worker {
             slots: Vec::new(),
             memory: MemoryProbe::new(),
             model_id,
+            tokens: None,
         }
     }
 
@@ -286,6 +291,11 @@ impl Worker {
                 context_length: self.context_length,
             });
         }
+        // A schema the grammar engine refuses fails here, before a long prompt is read.
+        let constraint = match &request.format {
+            Some(format) => Some(Constraint::new(self.token_table()?, format)?),
+            None => None,
+        };
         let choice = request.cache.unwrap_or(self.options.cache);
         let (slot, reused) = self.prepare_slot(choice, &prompt, conversation)?;
         let _ = events.send(Event::Started {
@@ -373,6 +383,7 @@ impl Worker {
             sampler,
             &logits,
             &self.slots[slot].tokens,
+            constraint,
         )?;
         let mut stream = TextStream::new();
         let mut text = String::new();
@@ -427,6 +438,14 @@ impl Worker {
             });
         }
         self.finish(slot, reason, text, &clock, counts, events)
+    }
+
+    /// The model's token table, built on first use.
+    fn token_table(&mut self) -> Result<&TokenTable, EngineError> {
+        if self.tokens.is_none() {
+            self.tokens = Some(TokenTable::new(&self.loaded.tokenizer)?);
+        }
+        Ok(self.tokens.as_ref().expect("built above"))
     }
 
     /// Whether the generation must stop: cancelled, its reader gone, or the engine dropped.
