@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use kivi_engine::backend::openblas;
+use kivi_engine::grammar::OutputFormat;
 
 use crate::eval::bench::{display_name, measure, run_all, BenchReport, Entry, Spawner, WorkerPlan};
 use crate::eval::configs::{parse_configs, parse_sizes, size_label, DEFAULT_CONFIGS};
@@ -44,6 +45,10 @@ pub struct BenchArgs {
     /// Write the plot here (default: beside --json, `<name>.png`).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Also decode each measurement's tokens constrained to this JSON schema, and report
+    /// the decode speed under it over the plain one (what structured output costs).
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<PathBuf>,
 }
 
 /// Arguments of the hidden `kivi bench-worker`: one measurement, one JSON line out.
@@ -79,6 +84,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         model: args.model.path()?,
         text: corpus::resolve(args.text.as_deref())?,
         backend: args.model.backend()?,
+        format: args
+            .json_schema
+            .as_deref()
+            .map(crate::cmd::generate::read_schema)
+            .transpose()?
+            .map(|schema| OutputFormat::JsonSchema { schema }),
     };
     let total = configs.len() * contexts.len() * repeats;
     eprintln!(
@@ -184,6 +195,35 @@ fn print_table(report: &BenchReport) {
          saved)",
         report.backend, report.repeats
     );
+    if report
+        .entries
+        .iter()
+        .any(|e| e.constrained_vs_plain.is_some())
+    {
+        println!(
+            "\n{:>5} {:<16} {:>14} {:>18} {:>9}",
+            "ctx", "cache", "decode tok/s", "with schema tok/s", "x plain"
+        );
+        for e in &report.entries {
+            let constrained: Vec<f64> = e
+                .samples
+                .iter()
+                .filter_map(|s| s.constrained_decode_tokens_per_s)
+                .collect();
+            println!(
+                "{:>5} {:<16} {:>14.2} {:>18.2} {:>9}",
+                size_label(e.context),
+                e.config,
+                e.decode_tokens_per_s.median,
+                crate::eval::summary::Spread::of(&constrained).median,
+                ratio(e.constrained_vs_plain),
+            );
+        }
+        println!(
+            "(x plain: median over rounds of each child's constrained decode speed over its \
+             plain one, the same steps after the same prefill)"
+        );
+    }
 }
 
 fn plot(path: &std::path::Path, report: &BenchReport, names: &[String]) -> Result<()> {

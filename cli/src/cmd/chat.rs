@@ -82,6 +82,7 @@ pub async fn run(args: ChatArgs) -> Result<()> {
             sampling: args.sampling.params(),
             max_tokens: args.sampling.max_tokens,
             cache: None,
+            format: None,
         };
         match stream::drive(engine.generate(request), args.json).await {
             Ok(finished) => {

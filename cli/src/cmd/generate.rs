@@ -1,9 +1,12 @@
 //! `kivi generate`: continue a prompt (or answer it as a chat message) and stream the
 //! result to stdout.
 
-use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
 use clap::Args;
-use kivi_engine::session::{Engine, Prompt, Request};
+use kivi_engine::grammar::OutputFormat;
+use kivi_engine::session::{Engine, FinishReason, Prompt, Request};
 use kivi_engine::tokenizer::{Message, Role};
 
 use crate::args::{DocumentArgs, ModelArgs, SamplingArgs};
@@ -27,6 +30,30 @@ pub struct GenerateArgs {
     /// Print every event (tokens, progress, statistics) as a JSON line instead.
     #[arg(long)]
     pub json: bool,
+    /// Answer with JSON that this JSON schema (a file) accepts: every token is constrained.
+    #[arg(long, value_name = "FILE", conflicts_with = "json_object")]
+    pub json_schema: Option<PathBuf>,
+    /// Answer with a JSON object.
+    #[arg(long)]
+    pub json_object: bool,
+}
+
+impl GenerateArgs {
+    /// The output format asked for, its schema read and parsed.
+    fn format(&self) -> Result<Option<OutputFormat>> {
+        if let Some(path) = &self.json_schema {
+            return Ok(Some(OutputFormat::JsonSchema {
+                schema: read_schema(path)?,
+            }));
+        }
+        Ok(self.json_object.then_some(OutputFormat::JsonObject))
+    }
+}
+
+pub(crate) fn read_schema(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the JSON schema {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", path.display()))
 }
 
 /// Runs `kivi generate`.
@@ -37,6 +64,7 @@ pub async fn run(args: GenerateArgs) -> Result<()> {
         args.prompt.clone()
     };
     let documents = args.documents.documents()?;
+    let format = args.format()?;
     let engine = Engine::load(args.model.engine_options()?)
         .await
         .context("cannot load the model")?;
@@ -62,11 +90,19 @@ pub async fn run(args: GenerateArgs) -> Result<()> {
         sampling: args.sampling.params(),
         max_tokens: args.sampling.max_tokens,
         cache: None,
+        format: format.clone(),
     };
     let finished = stream::drive(engine.generate(request), args.json).await?;
     if !args.json {
         println!();
         eprintln!("{}", stream::summary(&finished));
+    }
+    if format.is_some() && finished.reason != FinishReason::Stop {
+        // Cut JSON must not pass for an answer: a script reading stdout gets a failure.
+        bail!(
+            "the answer ended ({:?}) before its JSON was complete: raise --max-tokens",
+            finished.reason
+        );
     }
     Ok(())
 }

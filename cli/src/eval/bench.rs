@@ -7,6 +7,10 @@
 //! in rounds (every configuration once per round, in a rotated order), so that a machine
 //! that slows down or speeds up during the run affects them alike and the per-round
 //! ratios against the full-precision cache stay fair.
+//!
+//! With a response format (`kivi bench --json-schema FILE`) each child also decodes the
+//! same tokens again, from a second prefill, constrained to the schema: the ratio of the
+//! two decode speeds, taken in one process moments apart, is what the mask costs a token.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,6 +21,7 @@ use kivi_engine::backend::Backend;
 use kivi_engine::cache::{CacheConfig, KvCache, LayerKvStats};
 use kivi_engine::decode::Decoder;
 use kivi_engine::eval::prefill;
+use kivi_engine::grammar::{Constraint, OutputFormat, TokenTable};
 use kivi_engine::loader::LoadedModel;
 use kivi_engine::sampling::{Sampler, SamplingParams};
 use kivi_engine::stats::KvStats;
@@ -38,6 +43,9 @@ pub struct WorkerPlan {
     pub decode_tokens: usize,
     /// Prompt tokens per prefill step.
     pub prefill_chunk: usize,
+    /// Also decode under this format, timed apart.
+    #[serde(default)]
+    pub format: Option<OutputFormat>,
 }
 
 /// One child's measurement.
@@ -59,8 +67,11 @@ pub struct Sample {
     pub kv: LayerKvStats,
     /// Resident memory once the model was loaded and warmed up.
     pub rss_after_load_bytes: u64,
-    /// Peak resident memory of the child.
+    /// Peak resident memory of the child (before the constrained decode).
     pub peak_rss_bytes: u64,
+    /// Decode speed of the same steps constrained to the plan's format.
+    #[serde(default)]
+    pub constrained_decode_tokens_per_s: Option<f64>,
 }
 
 /// Greedy decoding with the engine's own loop (the sampler on the device; on the MLX
@@ -72,9 +83,10 @@ fn decode(
     logits: &Array,
     mut context: Vec<u32>,
     tokens: usize,
+    constraint: Option<Constraint>,
 ) -> Result<()> {
     let sampler = Sampler::new(SamplingParams::greedy())?;
-    let mut decoder = Decoder::new(&loaded.model, sampler, logits, &context)?;
+    let mut decoder = Decoder::new(&loaded.model, sampler, logits, &context, constraint)?;
     for step in 0..=tokens {
         let more = step < tokens;
         let token = decoder.next_token(&loaded.model, caches, &context, more)?;
@@ -104,7 +116,7 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
             .make_layers(loaded.model.config(), loaded.model.backend());
         let warm = &prompt[..16.min(prompt_len)];
         let logits = prefill(&loaded.model, &mut caches, warm, 16)?;
-        decode(loaded, &mut caches, &logits, warm.to_vec(), 2)?;
+        decode(loaded, &mut caches, &logits, warm.to_vec(), 2, None)?;
     }
     let rss_after_load_bytes = current_resident_bytes();
     let mut caches = plan
@@ -120,9 +132,16 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
         &logits,
         prompt.clone(),
         plan.decode_tokens,
+        None,
     )?;
     let decode_secs = began.elapsed().as_secs_f64();
     let kv = KvStats::from_caches(&caches).total;
+    let peak_rss_bytes = peak_resident_bytes();
+    drop(caches);
+    let constrained_decode_tokens_per_s = match &plan.format {
+        Some(format) => Some(constrained_decode(loaded, plan, &prompt, format)?),
+        None => None,
+    };
     Ok(Sample {
         config: plan.cache.to_string(),
         context: plan.context,
@@ -132,8 +151,36 @@ pub fn measure(loaded: &LoadedModel, text: &str, plan: &WorkerPlan) -> Result<Sa
         decode_tokens_per_s: plan.decode_tokens as f64 / decode_secs,
         kv,
         rss_after_load_bytes,
-        peak_rss_bytes: peak_resident_bytes(),
+        peak_rss_bytes,
+        constrained_decode_tokens_per_s,
     })
+}
+
+/// Decode speed under `format` after a second prefill of `prompt`: the token table and
+/// the schema's grammar are built before the clock starts (once per model and once per
+/// request in the engine), so the time is the decode steps' and their masks'.
+fn constrained_decode(
+    loaded: &LoadedModel,
+    plan: &WorkerPlan,
+    prompt: &[u32],
+    format: &OutputFormat,
+) -> Result<f64> {
+    let table = TokenTable::new(&loaded.tokenizer)?;
+    let constraint = Constraint::new(&table, format)?;
+    let mut caches = plan
+        .cache
+        .make_layers(loaded.model.config(), loaded.model.backend());
+    let logits = prefill(&loaded.model, &mut caches, prompt, plan.prefill_chunk)?;
+    let began = Instant::now();
+    decode(
+        loaded,
+        &mut caches,
+        &logits,
+        prompt.to_vec(),
+        plan.decode_tokens,
+        Some(constraint),
+    )?;
+    Ok(plan.decode_tokens as f64 / began.elapsed().as_secs_f64())
 }
 
 /// How the parent starts a child.
@@ -146,6 +193,8 @@ pub struct Spawner {
     pub text: PathBuf,
     /// The backend passed on.
     pub backend: Backend,
+    /// Also decode under this format (`--json-schema`).
+    pub format: Option<OutputFormat>,
 }
 
 impl Spawner {
@@ -197,6 +246,9 @@ pub struct Entry {
     pub prefill_vs_full: Option<Spread>,
     /// Per-round decode speed over the full-precision cache's in the same round.
     pub decode_vs_full: Option<Spread>,
+    /// Per-sample decode speed under the format over the same child's plain decode.
+    #[serde(default)]
+    pub constrained_vs_plain: Option<Spread>,
     /// The KV cache at the end (summed over layers, from the real buffers).
     pub kv: LayerKvStats,
     /// `fp16_bytes / held_bytes`: how many times smaller than float16 the cache is.
@@ -255,6 +307,7 @@ pub fn run_all(
                     context,
                     decode_tokens,
                     prefill_chunk,
+                    format: spawner.format.clone(),
                 };
                 let sample = spawner.run(&plan)?;
                 progress(round, &sample);
@@ -288,6 +341,14 @@ pub fn run_all(
                 decode_tokens_per_s: spread(&|s| s.decode_tokens_per_s),
                 prefill_vs_full: ratio(&|s| s.prefill_tokens_per_s),
                 decode_vs_full: ratio(&|s| s.decode_tokens_per_s),
+                constrained_vs_plain: runs
+                    .iter()
+                    .map(|s| {
+                        s.constrained_decode_tokens_per_s
+                            .map(|c| c / s.decode_tokens_per_s)
+                    })
+                    .collect::<Option<Vec<f64>>>()
+                    .map(|r| Spread::of(&r)),
                 kv,
                 compression_vs_fp16: if kv.held_bytes == 0 {
                     1.0
