@@ -173,6 +173,34 @@ async fn chats_are_created_renamed_searched_and_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_asked_as_json_is_an_object_and_regenerates_as_json() {
+    let h = harness();
+    h.ready().await;
+    h.quick_settings(120).await;
+    let chat = chats::create(&h.app, None, None).await.unwrap();
+    let started = generation::send_as_json(
+        &h.app,
+        chat.id.clone(),
+        "Alice is 30 years old and lives in Paris. Give her name, age and city.".into(),
+    )
+    .await
+    .unwrap();
+    let done = h.done(&started.generation_id).await;
+    let content = done["message"]["content"].as_str().unwrap().to_string();
+    let value: serde_json::Value = serde_json::from_str(&content).expect(&content);
+    assert!(value.is_object(), "{content}");
+
+    // Regenerating a JSON answer asks for JSON again.
+    let again = generation::answer_again(&h.app, chat.id.clone())
+        .await
+        .unwrap();
+    let done = h.done(&again.generation_id).await;
+    let content = done["message"]["content"].as_str().unwrap().to_string();
+    let value: serde_json::Value = serde_json::from_str(&content).expect(&content);
+    assert!(value.is_object(), "{content}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_streams_then_ends_once_and_is_saved() {
     let h = harness();
     h.ready().await;

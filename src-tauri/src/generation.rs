@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use kivi_engine::grammar::OutputFormat;
 use kivi_engine::sampling::SamplingParams;
 use kivi_engine::session::{Document, Engine, Event, FinishReason, Generation, Prompt, Request};
 use kivi_engine::stats::{Phase as EnginePhase, Stats};
@@ -98,12 +99,14 @@ fn fitting_documents(
 }
 
 /// Plans a generation that answers `messages` (the history up to and including the question)
-/// in `chat`: checks that the documents and the prompt plus `maxTokens` fit the context.
+/// in `chat`, in `format` if one is asked for: checks that the documents and the prompt plus
+/// `maxTokens` fit the context.
 pub async fn plan_generation(
     app: &AppState,
     engine: &Engine,
     chat: &Chat,
     messages: &[Message],
+    format: Option<OutputFormat>,
 ) -> CommandResult<Plan> {
     let settings = app.settings();
     let context = app.context_length(&settings);
@@ -145,6 +148,7 @@ pub async fn plan_generation(
             sampling: sampling(&settings),
             max_tokens: max_tokens as usize,
             cache: Some(engine_cache(&settings.cache)),
+            format,
         },
         cache: settings.cache,
         new_documents,
@@ -192,6 +196,7 @@ pub async fn plan_prefill(
             // Prefill only: the prompt goes into the chat's cache, nothing is generated.
             max_tokens: 0,
             cache: Some(engine_cache(&settings.cache)),
+            format: None,
         },
         cache: settings.cache,
         new_documents,

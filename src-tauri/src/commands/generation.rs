@@ -1,9 +1,13 @@
 //! Messages and generation (`api/messages.ts`): send, regenerate, edit, stop.
 //!
+//! A question may ask for its answer as JSON ("answer as JSON" in the composer): the answer
+//! is then a JSON object by constrained decoding, and regenerating it asks again as JSON.
+//!
 //! Each command checks everything first (chat, content, busy, model, context) so that on an
 //! error nothing is stored, then stores the messages, queues the request on the engine in
 //! the chat's own cache, and returns before the first `chat-token`.
 
+use kivi_engine::grammar::OutputFormat;
 use tauri::State;
 
 use crate::error::{CommandError, CommandResult};
@@ -83,7 +87,24 @@ fn check_content(content: &str) -> CommandResult<()> {
     Ok(())
 }
 
-async fn start(app: &App, chat_id: String, ask: Ask) -> CommandResult<GenerationStarted> {
+/// Whether the answer `regenerate` replaces was a JSON object (asked for as JSON): then
+/// the new one is asked for as JSON too.
+fn answered_as_json(chat: &Chat) -> bool {
+    let last_user = chat.messages.iter().rposition(|m| m.role == Role::User);
+    chat.messages[last_user.map_or(0, |u| u + 1)..]
+        .iter()
+        .find(|m| m.role == Role::Assistant)
+        .is_some_and(|m| {
+            serde_json::from_str::<serde_json::Value>(&m.content).is_ok_and(|v| v.is_object())
+        })
+}
+
+async fn start(
+    app: &App,
+    chat_id: String,
+    ask: Ask,
+    format: Option<OutputFormat>,
+) -> CommandResult<GenerationStarted> {
     app.store.chat_summary(&chat_id)?;
     // A cache saved before a restart: read it back first, so this job reuses it.
     crate::disk_caches::restore(app, &chat_id).await;
@@ -93,13 +114,17 @@ async fn start(app: &App, chat_id: String, ask: Ask) -> CommandResult<Generation
         Ask::Regenerate => {}
     }
     let messages = history(&chat, &ask)?;
+    let format = match ask {
+        Ask::Regenerate if answered_as_json(&chat) => Some(OutputFormat::JsonObject),
+        _ => format,
+    };
     let generation_id = app.new_id("g");
     let job = app
         .jobs
         .begin(&chat_id, generation_id.clone(), JobKind::Generation)?;
     let prepared = async {
         let engine = app.model.engine()?;
-        let plan = generation::plan_generation(app, &engine, &chat, &messages).await?;
+        let plan = generation::plan_generation(app, &engine, &chat, &messages, format).await?;
         let (user, answer) = match &ask {
             Ask::Send(content) => {
                 let (user, answer) = app.store.begin_send(&chat_id, content)?;
@@ -147,12 +172,27 @@ async fn start(app: &App, chat_id: String, ask: Ask) -> CommandResult<Generation
 
 /// `send_message`.
 pub async fn send(app: &App, chat_id: String, content: String) -> CommandResult<GenerationStarted> {
-    start(app, chat_id, Ask::Send(content)).await
+    start(app, chat_id, Ask::Send(content), None).await
+}
+
+/// `send_message` with `asJson`: the answer is a JSON object.
+pub async fn send_as_json(
+    app: &App,
+    chat_id: String,
+    content: String,
+) -> CommandResult<GenerationStarted> {
+    start(
+        app,
+        chat_id,
+        Ask::Send(content),
+        Some(OutputFormat::JsonObject),
+    )
+    .await
 }
 
 /// `regenerate`.
 pub async fn answer_again(app: &App, chat_id: String) -> CommandResult<GenerationStarted> {
-    start(app, chat_id, Ask::Regenerate).await
+    start(app, chat_id, Ask::Regenerate, None).await
 }
 
 /// `edit_message`.
@@ -169,6 +209,7 @@ pub async fn edit(
             message_id,
             content,
         },
+        None,
     )
     .await
 }
@@ -186,8 +227,13 @@ pub async fn send_message(
     app: State<'_, App>,
     chat_id: String,
     content: String,
+    as_json: Option<bool>,
 ) -> CommandResult<GenerationStarted> {
-    send(&app, chat_id, content).await
+    if as_json == Some(true) {
+        send_as_json(&app, chat_id, content).await
+    } else {
+        send(&app, chat_id, content).await
+    }
 }
 
 #[tauri::command]

@@ -2,7 +2,9 @@
 import { call } from "./ipc";
 import type { GenerationStarted, Id } from "./types";
 
-export const sendMessage = (chatId: Id, content: string) => call<GenerationStarted>("send_message", { chatId, content });
+/** Sends a question; with `asJson` the answer is a JSON object (constrained decoding). */
+export const sendMessage = (chatId: Id, content: string, asJson = false) =>
+  call<GenerationStarted>("send_message", { chatId, content, asJson });
 
 /** Replaces the last answer with a new one. */
 export const regenerate = (chatId: Id) => call<GenerationStarted>("regenerate", { chatId });

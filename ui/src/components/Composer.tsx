@@ -40,6 +40,7 @@ export function Composer() {
   const restore = useApp((s) => s.composerRestore);
   const modelReady = useApp((s) => s.modelStatus?.state === "ready");
   const [text, setText] = useState("");
+  const [asJson, setAsJson] = useState(false);
   const ref = useRef<HTMLTextAreaElement>(null);
 
   const busy = view ? isBusy(view) : false;
@@ -66,7 +67,7 @@ export function Composer() {
     if (busy || !text.trim()) return;
     const sent = text;
     setText("");
-    const ok = await send(sent);
+    const ok = await send(sent, asJson);
     if (!ok) setText((t) => (t ? t : sent));
   };
 
@@ -113,6 +114,17 @@ export function Composer() {
         <div class="composer-bar">
           <button type="button" class="icon-btn" title="Attach .txt, .md or .pdf" aria-label="Attach a document" data-testid="attach-button" onClick={() => void pickAndAttach()}>
             <IconPaperclip />
+          </button>
+          <button
+            type="button"
+            class={`icon-btn json-toggle${asJson ? " on" : ""}`}
+            title={asJson ? "Answer as JSON: on (the answer is a JSON object, shown as a tree)" : "Answer as JSON"}
+            aria-label="Answer as JSON"
+            aria-pressed={asJson}
+            data-testid="json-toggle"
+            onClick={() => setAsJson((on) => !on)}
+          >
+            {"{ }"}
           </button>
           <span class="composer-hint">
             {generating ? (

@@ -5,6 +5,8 @@ import type { Message } from "../api/types";
 import { cacheLabel, cacheShortLabel } from "../lib/kivi";
 import { formatBytes, formatCount, formatDuration, formatRate, formatRatio, formatTime } from "../lib/format";
 import { copyText, editAndResend, regenerate } from "../state/app";
+import { parseJsonAnswer } from "../lib/jsonAnswer";
+import { JsonTree } from "./JsonTree";
 import { Markdown } from "./Markdown";
 import { IconAlert, IconCopy, IconEdit, IconRefresh, Logo } from "./icons";
 
@@ -35,6 +37,7 @@ function MessageItemImpl({ message, canRegenerate, canEdit, stopping, prefilling
   const [draft, setDraft] = useState(message.content);
   const isUser = message.role === "user";
   const streaming = message.status === "streaming";
+  const json = !isUser && !streaming ? parseJsonAnswer(message.content) : null;
 
   const submitEdit = async () => {
     if (!draft.trim()) return;
@@ -120,7 +123,11 @@ function MessageItemImpl({ message, canRegenerate, canEdit, stopping, prefilling
           <div class="msg-text" data-testid="message-content">{message.content}</div>
         ) : (
           <>
-            {message.content ? (
+            {json ? (
+              <div class="msg-json" data-testid="message-content">
+                <JsonTree value={json} />
+              </div>
+            ) : message.content ? (
               <Markdown source={message.content} streaming={streaming} testId="message-content" />
             ) : streaming ? (
               <div class="thinking" data-testid="thinking">

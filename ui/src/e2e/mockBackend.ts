@@ -25,6 +25,7 @@ import type {
 import type { EventMap, EventName } from "../api/events";
 import { validateSettings } from "../lib/validate";
 import { residualWindow, sameCache } from "../lib/kivi";
+import { parseJsonAnswer } from "../lib/jsonAnswer";
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -226,6 +227,10 @@ function statsFor(tokens: number, prompt: number, cfg: CacheConfig) {
     kvHeldBytes: b.held,
   };
 }
+
+/** The answer to a question asked as JSON: what the real back end's constrained decoding
+ * writes (one line, `", "` and `": "` between items). */
+const JSON_REPLY = `{"parties": [{"name": "Ada Lovelace", "role": "seller"}, {"name": "Charles Babbage", "role": "buyer"}], "date": {"year": 2024, "month": 5, "day": 3}, "price": 1200, "currency": "GBP", "signed": true, "note": "<b>not bold</b>"}`;
 
 const DEFAULT_REPLY = `Ishmael opens with a confession: whenever he feels **"a damp, drizzly November"** in his soul, he goes to sea.
 
@@ -460,6 +465,8 @@ interface Job {
   id: string;
   chatId: string;
   cancelled: boolean;
+  /** The answer was asked for as JSON. */
+  asJson: boolean;
 }
 const jobs = new Map<string, Job>();
 
@@ -537,7 +544,7 @@ async function runGeneration(job: Job, answer: Message, prompt: number): Promise
     const ok = await runPrefill(job, toPrefill, pendingDocs.map((d) => d.id), 2210.5);
     if (!ok) return finish(job, answer, "stopped", 0, prompt);
   }
-  const text = control.replies.shift() ?? DEFAULT_REPLY;
+  const text = control.replies.shift() ?? (job.asJson ? JSON_REPLY : DEFAULT_REPLY);
   const parts = splitReply(text);
   phase = "decode";
   statsChatId = job.chatId;
@@ -594,7 +601,7 @@ function promptTokens(rec: ChatRecord): number {
   );
 }
 
-function startGeneration(rec: ChatRecord, user: Message | null): GenerationStarted {
+function startGeneration(rec: ChatRecord, user: Message | null, asJson = false): GenerationStarted {
   if (modelStatus.state !== "ready") fail("modelNotLoaded", "No model is loaded yet. Wait for it to finish loading, or pick one in Models.");
   const docs = withFit(rec.chat);
   if (docs.some((d) => !d.fitsInContext)) {
@@ -604,7 +611,7 @@ function startGeneration(rec: ChatRecord, user: Message | null): GenerationStart
   const answer = msg(rec.chat.id, "assistant", "", "streaming", now());
   rec.chat.messages.push(answer);
   rec.chat.updatedAt = now();
-  const job: Job = { id: newId("gen"), chatId: rec.chat.id, cancelled: false };
+  const job: Job = { id: newId("gen"), chatId: rec.chat.id, cancelled: false, asJson };
   jobs.set(job.id, job);
   void runGeneration(job, answer, promptTokens(rec));
   return { generationId: job.id, userMessage: user ? structuredClone(user) : null, assistantMessage: structuredClone(answer) };
@@ -756,7 +763,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       const user = msg(rec.chat.id, "user", content, "complete", now());
       rec.chat.messages.push(user);
       if (rec.chat.title === "New chat") rec.chat.title = content.length > 48 ? `${content.slice(0, 47)}…` : content;
-      return startGeneration(rec, user);
+      return startGeneration(rec, user, a.asJson === true);
     }
     case "regenerate": {
       const rec = getChat(a.chatId);
@@ -767,9 +774,12 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
         if (m.role === "user") lastUser = i;
       });
       if (lastUser < 0) fail("invalidArgument", "There is no question to answer again.");
+      // A JSON answer is asked again as JSON, as the back end does.
+      const old = msgs.slice(lastUser + 1).find((m) => m.role === "assistant");
+      const asJson = !!old && !Array.isArray(parseJsonAnswer(old.content)) && parseJsonAnswer(old.content) !== null;
       rec.chat.messages = msgs.slice(0, lastUser + 1);
       rec.cacheTokens = Math.min(rec.cacheTokens, promptTokens(rec));
-      return startGeneration(rec, null);
+      return startGeneration(rec, null, asJson);
     }
     case "edit_message": {
       const rec = getChat(a.chatId);
@@ -829,7 +839,7 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       const pending = withFit(rec.chat).filter((d) => d.fitsInContext && !rec.chat.documents.find((x) => x.id === d.id)!.prefilled);
       const total = Math.max(0, promptTokens(rec) - rec.cacheTokens);
       if (!pending.length || total === 0) return null;
-      const job: Job = { id: newId("prefill"), chatId: rec.chat.id, cancelled: false };
+      const job: Job = { id: newId("prefill"), chatId: rec.chat.id, cancelled: false, asJson: false };
       jobs.set(job.id, job);
       void runPrefill(job, total, pending.map((d) => d.id)).finally(() => jobs.delete(job.id));
       return job.id;

@@ -387,8 +387,9 @@ export async function exportChat(chatId: Id, format: ExportFormat): Promise<void
 
 let tempSeq = 0;
 
-/** Sends a message in the open chat (creating a chat first when none is open). */
-export async function send(text: string): Promise<boolean> {
+/** Sends a message in the open chat (creating a chat first when none is open); with
+ * `asJson` the answer is a JSON object. */
+export async function send(text: string, asJson = false): Promise<boolean> {
   const content = text.trim();
   if (!content) return false;
   let view = activeView();
@@ -403,7 +404,7 @@ export async function send(text: string): Promise<boolean> {
   const tempId = String(++tempSeq);
   updateView(chatId, (v) => logic.applyOptimisticSend(v, content, tempId));
   try {
-    const started = await messages.sendMessage(chatId, content);
+    const started = await messages.sendMessage(chatId, content, asJson);
     updateView(chatId, (v) => logic.applyGenerationStarted(v, started, tempId));
     void refreshChats();
     return true;

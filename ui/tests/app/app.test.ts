@@ -127,11 +127,11 @@ describe("KIVI Chat, the real app", () => {
 
     // Short, deterministic answers so that a debug build finishes quickly.
     await openView(b, "settings");
-    await setNumber(b, "maxtokens-input", "24");
+    await setNumber(b, "maxtokens-input", "48");
     await setNumber(b, "temperature-input", "0");
     await saveSettings(b);
     const saved = await invoke<{ sampling: { maxTokens: number }; cache: { kBits: number; vBits: number } }>(b, "get_settings");
-    expect(saved.sampling.maxTokens).toBe(24);
+    expect(saved.sampling.maxTokens).toBe(48);
     expect([saved.cache.kBits, saved.cache.vBits]).toEqual([4, 2]);
 
     // A streamed answer from the offline model.
@@ -146,6 +146,16 @@ describe("KIVI Chat, the real app", () => {
     });
     chatTitle = await text(b, "chat-heading");
     await shot(b, "chat");
+
+    // An answer asked for as JSON: constrained decoding gives an object, shown as a tree.
+    await b.$(sel("json-toggle")).click();
+    await ask(b, "Alice is 30 years old and lives in Paris. Give her name, age and city as JSON.");
+    await b.$(sel("json-answer")).waitForDisplayed({ timeout: 30_000 });
+    const json = await text(b, "json-answer");
+    expect(json).toContain("Alice");
+    expect(json).toMatch(/\{\d+ keys?\}/);
+    await shot(b, "json");
+    await b.$(sel("json-toggle")).click();
 
     // Attach a document: progress while it is read into the KV cache, then "cached".
     await b.$(sel("attach-button")).click();

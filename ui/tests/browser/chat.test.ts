@@ -180,6 +180,46 @@ describe("chat", () => {
     expect(calls.find((c) => c.cmd === "edit_message")?.args.content).toBe("Edited question");
   });
 
+  it("answers as JSON when asked: a collapsible tree with a copy button, regenerated as JSON", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.tokenDelayMs = 1;
+    });
+    await page.click(tid("json-toggle"));
+    expect(await page.getAttribute(tid("json-toggle"), "aria-pressed")).toBe("true");
+    await page.fill(tid("composer-input"), "Who are the parties, the date and the price?");
+    await page.keyboard.press("Enter");
+    await page.waitForSelector(`${tid("message-assistant")}[data-status="complete"]`);
+    expect((await mockCalls(page)).find((c) => c.cmd === "send_message")?.args.asJson).toBe(true);
+
+    const tree = page.locator(tid("json-answer"));
+    await tree.waitFor();
+    const text = (await tree.textContent()) ?? "";
+    expect(text).toContain("parties");
+    expect(text).toContain('"Ada Lovelace"');
+    expect(text).toContain("{3 keys}");
+    // Model text stays text: the string holding markup made no element.
+    expect(text).toContain('"<b>not bold</b>"');
+    expect(await tree.locator("b").count()).toBe(0);
+
+    // A node collapses and opens again.
+    const parties = tree.locator(tid("json-node")).nth(1);
+    expect(await parties.getAttribute("open")).not.toBeNull();
+    await parties.locator("summary").first().click();
+    expect(await parties.getAttribute("open")).toBeNull();
+    await parties.locator("summary").first().click();
+    expect(await parties.getAttribute("open")).not.toBeNull();
+
+    await page.click(tid("json-copy"));
+    await page.locator(tid("toast-success")).first().waitFor();
+
+    // Regenerating a JSON answer gives JSON again (the mock answers as the back end does).
+    await page.hover(tid("message-assistant"));
+    await page.click(tid("message-regenerate"));
+    await page.waitForSelector(`${tid("message-assistant")}[data-status="complete"] ${tid("json-answer")}`);
+  });
+
   it("shows history from the back end with an interrupted badge, and searches, renames and deletes chats", async () => {
     app = await openApp(env.browser, env.url);
     const { page } = app;

@@ -75,7 +75,7 @@ async function callEveryWrapper(): Promise<void> {
   await chats.deleteChat("c");
   await chats.setSystemPrompt("c", "p");
   await chats.exportChat("c", "markdown");
-  await messages.sendMessage("c", "hi");
+  await messages.sendMessage("c", "hi", true);
   await messages.regenerate("c");
   await messages.editMessage("c", "m", "hi");
   await messages.stopGeneration("c");
