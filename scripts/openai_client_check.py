@@ -8,6 +8,7 @@ Prints one line per check and exits non-zero on the first failure.
 """
 
 import sys
+import threading
 
 import openai
 from openai import OpenAI
@@ -160,6 +161,33 @@ def main():
             out.choices[0].finish_reason in ("length", "stop") and out.usage.prompt_tokens >= n,
             out,
         )
+
+    # A request sent while another streams waits its turn and is answered; the stream is
+    # not cut by it.
+    stream = client.chat.completions.create(
+        model=model, messages=question, max_tokens=12, temperature=0, stream=True
+    )
+    chunks = iter(stream)
+    first = next(chunks)
+    other = {}
+
+    def send_other():
+        other["out"] = client.completions.create(
+            model=model, prompt="The sea", max_tokens=3, temperature=0
+        )
+
+    sender = threading.Thread(target=send_other)
+    sender.start()
+    rest = [c for c in chunks]
+    sender.join(timeout=300)
+    finish = next((c.choices[0].finish_reason for c in reversed(rest) if c.choices), None)
+    check("a stream goes on while another request waits", finish in ("stop", "length"), rest)
+    out = other.get("out")
+    check(
+        "a request sent while another streams is answered",
+        out is not None and out.choices[0].finish_reason in ("stop", "length") and out.choices[0].text,
+        (first, out),
+    )
 
     # Errors arrive as the client's exceptions, with OpenAI's fields.
     try:
