@@ -35,6 +35,16 @@ fn kivi(args: &[&str], stdin: &str) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// Fails the test with the exit status and stderr when `kivi` did not succeed.
+fn assert_succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn generate_streams_text_and_json_lines() {
     let model = model();
@@ -52,12 +62,7 @@ fn generate_streams_text_and_json_lines() {
         ],
         "",
     );
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with(" girl named Emma"), "{text:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -77,12 +82,7 @@ fn generate_streams_text_and_json_lines() {
         ],
         "",
     );
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let events: Vec<Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -116,12 +116,7 @@ fn chat_answers_each_turn_and_reuses_the_prefix() {
         ],
         "What is the capital of France?\nAnd of Italy?\n/exit\n",
     );
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let summaries: Vec<&str> = stderr.lines().filter(|l| l.contains("reused")).collect();
     assert_eq!(summaries.len(), 2, "{stderr}");
@@ -220,12 +215,7 @@ fn json_schema_answers_keep_to_the_schema_and_a_cut_one_fails() {
         )
     };
     let out = ask("100");
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     let text = String::from_utf8(out.stdout).unwrap();
     let value: Value = serde_json::from_str(text.trim()).expect(&text);
     assert!(value["name"].is_string(), "{text}");

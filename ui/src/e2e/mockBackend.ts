@@ -776,7 +776,8 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       if (lastUser < 0) fail("invalidArgument", "There is no question to answer again.");
       // A JSON answer is asked again as JSON, as the back end does.
       const old = msgs.slice(lastUser + 1).find((m) => m.role === "assistant");
-      const asJson = !!old && !Array.isArray(parseJsonAnswer(old.content)) && parseJsonAnswer(old.content) !== null;
+      const value = old ? parseJsonAnswer(old.content) : null;
+      const asJson = value !== null && !Array.isArray(value);
       rec.chat.messages = msgs.slice(0, lastUser + 1);
       rec.cacheTokens = Math.min(rec.cacheTokens, promptTokens(rec));
       return startGeneration(rec, null, asJson);
