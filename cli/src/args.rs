@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use kivi_engine::backend::Backend;
 use kivi_engine::cache::{CacheConfig, RECOMMENDED};
+use kivi_engine::document::DocumentKind;
 use kivi_engine::sampling::SamplingParams;
 use kivi_engine::session::{Document, EngineOptions, ModelSource};
 
@@ -193,11 +194,19 @@ pub struct DocumentArgs {
 }
 
 impl DocumentArgs {
-    /// Reads the files.
+    /// Reads the files: `.txt`, `.md` and `.pdf` as the app reads them (encodings detected,
+    /// PDF text extracted), any other file as UTF-8 text.
     pub fn documents(&self) -> Result<Vec<Document>> {
         self.files
             .iter()
             .map(|path| {
+                if DocumentKind::from_path(path).is_ok() {
+                    let doc = kivi_engine::document::extract(path)?;
+                    return Ok(Document {
+                        name: doc.name,
+                        text: doc.text,
+                    });
+                }
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("cannot read document {}", path.display()))?;
                 let name = path.file_name().map_or_else(

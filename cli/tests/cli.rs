@@ -129,6 +129,115 @@ fn chat_answers_each_turn_and_reuses_the_prefix() {
     assert!(stdout.contains("Paris"), "{stdout}");
 }
 
+/// The first `chars` characters of Moby-Dick (whole lines), as a document file in `dir`.
+fn moby_dick_document(dir: &std::path::Path, chars: usize) -> PathBuf {
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.data/texts/moby-dick.txt"),
+    )
+    .expect("the offline texts: run `scripts/setup.sh data`");
+    let cut = text[..chars].rfind('\n').unwrap();
+    let path = dir.join("loomings.txt");
+    std::fs::write(&path, &text[..cut]).unwrap();
+    path
+}
+
+#[test]
+fn a_chat_session_goes_on_after_a_restart_without_reading_the_document_again() {
+    let model = model();
+    let dir = tempfile::tempdir().unwrap();
+    let doc = moby_dick_document(dir.path(), 6000);
+    let session = dir.path().join("loomings.kivi");
+    let chat = |files: &[&str], stdin: &str| {
+        let mut args = vec![
+            "chat",
+            "--model",
+            model.to_str().unwrap(),
+            "--max-tokens",
+            "8",
+            "--session",
+            session.to_str().unwrap(),
+        ];
+        for f in files {
+            args.extend(["--file", f]);
+        }
+        kivi(&args, stdin)
+    };
+    let summary = |out: &Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let line = stderr
+            .lines()
+            .rev()
+            .find(|l| l.contains("reused"))
+            .map(str::to_owned);
+        (stderr, line.unwrap_or_default())
+    };
+    let number_after = |line: &str, key: &str| -> usize {
+        let rest = &line[line.find(key).unwrap_or_else(|| panic!("{key} in {line}")) + key.len()..];
+        rest.chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .unwrap()
+    };
+
+    let first = chat(&[doc.to_str().unwrap()], "Who is the narrator?\n");
+    assert_succeeded(&first);
+    let (stderr, line) = summary(&first);
+    assert!(line.contains("(reused 0)"), "{stderr}");
+    assert!(stderr.contains("[session saved: "), "{stderr}");
+    let read = number_after(&line, "prompt ");
+    assert!(read > 1000, "the document is read: {stderr}");
+
+    // A new process, no --file: the session brings its document, turns and cache.
+    let second = chat(&[], "Where does he want to go?\n");
+    assert_succeeded(&second);
+    let (stderr, line) = summary(&second);
+    assert!(stderr.contains("1 document, 2 messages]"), "{stderr}");
+    assert!(stderr.contains("[document loomings.txt: "), "{stderr}");
+    let prompt = number_after(&line, "prompt ");
+    let reused = number_after(&line, "(reused ");
+    assert!(prompt > read, "{stderr}");
+    assert!(
+        reused >= read - 1,
+        "the follow-up reads only its own question: {stderr}"
+    );
+
+    // Other documents than the session's are refused, and the file is left as it was.
+    let before = std::fs::read(&session).unwrap();
+    std::fs::write(dir.path().join("other.txt"), "Another text.").unwrap();
+    let other = dir.path().join("other.txt");
+    let third = chat(&[other.to_str().unwrap()], "Hi\n");
+    assert!(!third.status.success());
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(
+        stderr.contains("other documents (loomings.txt)"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&session).unwrap(), before);
+
+    // Another cache setting than the session's is refused: the file holds that cache.
+    let mut args = vec![
+        "chat",
+        "--model",
+        model.to_str().unwrap(),
+        "--cache",
+        "full",
+    ];
+    args.extend(["--session", session.to_str().unwrap()]);
+    let other_cache = kivi(&args, "Hi\n");
+    assert!(!other_cache.status.success());
+    let stderr = String::from_utf8_lossy(&other_cache.stderr);
+    assert!(stderr.contains("cannot resume the session"), "{stderr}");
+    assert_eq!(std::fs::read(&session).unwrap(), before);
+
+    // A damaged file is refused with a message, not read.
+    std::fs::write(&session, &before[..before.len() / 2]).unwrap();
+    let fourth = chat(&[], "Hi\n");
+    assert!(!fourth.status.success());
+    let stderr = String::from_utf8_lossy(&fourth.stderr);
+    assert!(stderr.contains("cannot resume the session"), "{stderr}");
+}
+
 #[test]
 fn bad_settings_are_explained() {
     let model = model();

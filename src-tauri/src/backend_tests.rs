@@ -1288,12 +1288,7 @@ async fn a_chat_cache_survives_a_restart_and_a_full_disk_loses_nothing() {
     assert_eq!(snapshot.disk_cache, Some(restored));
 
     let (text, ttft, events) = answer(&h, &chat_id, FOLLOW_UP).await;
-    let read: u64 = events
-        .iter()
-        .filter(|(n, _)| *n == names::PREFILL_PROGRESS)
-        .filter_map(|(_, p)| p["totalTokens"].as_u64())
-        .max()
-        .unwrap_or(0);
+    let read = prompt_tokens_read(&events);
     println!(
         "restart with a {doc_tokens}-token document: cache {} tokens, {:.1} MiB, written in \
          {:.3} s, read back in {:.3} s; follow-up time to first token {ttft:.0} ms \
@@ -1313,6 +1308,85 @@ async fn a_chat_cache_survives_a_restart_and_a_full_disk_loses_nothing() {
     // The chat's cache goes with the chat.
     chats::delete(&h.app, chat_id.clone()).await.unwrap();
     assert!(!file.exists());
+}
+
+/// The most prompt tokens a generation read with progress (0 when it read too few to report).
+fn prompt_tokens_read(events: &[(&'static str, Value)]) -> u64 {
+    events
+        .iter()
+        .filter(|(n, _)| *n == names::PREFILL_PROGRESS)
+        .filter_map(|(_, p)| p["totalTokens"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// A new chat on `doc` with `system_prompt`, its document attached and read if it must be
+/// (`prefill_chat`); its id and the prompt tokens that read took (0: none to read).
+async fn chat_attached(h: &Harness, doc: &Path, system_prompt: Option<&str>) -> (String, u64) {
+    let chat = chats::create(&h.app, None, system_prompt.map(str::to_string))
+        .await
+        .unwrap();
+    documents::attach(&h.app, chat.id.clone(), doc.display().to_string())
+        .await
+        .unwrap();
+    let mut read = 0;
+    if let Some(job) = documents::prefill(&h.app, chat.id.clone()).await.unwrap() {
+        let done = h
+            .wait_for(names::PREFILL_PROGRESS, |p| {
+                p["jobId"] == job.as_str() && p["state"] != "running"
+            })
+            .await;
+        read = done["totalTokens"].as_u64().unwrap_or(0);
+    }
+    h.idle(&chat.id).await;
+    (chat.id, read)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_read_in_one_chat_is_not_read_again_in_the_next() {
+    use crate::types::DiskCacheAction;
+    let h = harness();
+    let (first, doc_tokens) = chat_on_a_document(&h).await;
+    assert_eq!(
+        wait_for_disk(&h, &first).await.action,
+        DiskCacheAction::Saved
+    );
+    let doc = root().join(".data/texts/moby-dick/chapter_12.txt");
+
+    // A new chat on the same document starts from the first chat's file.
+    let (second, read) = chat_attached(&h, &doc, None).await;
+    assert!(read < doc_tokens / 4, "the document was read again: {read}");
+    let event = h
+        .app
+        .disk
+        .event(&second)
+        .expect("another chat's file was read");
+    assert_eq!(event.action, DiskCacheAction::Reused);
+    assert!(event.tokens > doc_tokens, "{event:?}");
+    let opened = chats::get(&h.app, second.clone()).await.unwrap();
+    assert!(
+        opened.documents[0].prefilled,
+        "the document is in the cache"
+    );
+    let (_, ttft, events) = answer(&h, &second, "Where does Queequeg come from?").await;
+    let read = prompt_tokens_read(&events);
+    println!(
+        "a new chat on the same {doc_tokens}-token document: another chat's file ({} tokens, \
+         {:.1} MiB) read in {:.3} s; first question's time to first token {ttft:.0} ms",
+        event.tokens,
+        event.bytes as f64 / 1048576.0,
+        event.seconds
+    );
+    assert!(read < doc_tokens / 4, "the document was read again: {read}");
+    // The first chat keeps its file; the second writes its own.
+    assert!(h.app.disk.path(&first).unwrap().is_file());
+    let saved = crate::disk_caches::save(&h.app, &second).await.unwrap();
+    assert_eq!(saved.action, DiskCacheAction::Saved);
+
+    // Another system prompt comes before the document: nothing to reuse, it is read.
+    let (third, read) = chat_attached(&h, &doc, Some("Answer in one sentence.")).await;
+    assert!(read > doc_tokens, "the document is read: {read}");
+    assert_eq!(h.app.disk.event(&third), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

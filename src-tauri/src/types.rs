@@ -172,6 +172,9 @@ pub enum DiskCacheAction {
     Saved,
     /// Read back and checked (the chat was opened after a restart or an eviction).
     Restored,
+    /// Another chat's file read and checked: it had read the same documents (with the same
+    /// system prompt, model and cache settings), so this chat does not read them again.
+    Reused,
 }
 
 /// A chat's cache file, as the panel shows it ("restored from disk, 12.3 MiB, 0.2 s").

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod chat_session;
 pub mod generate;
 pub mod needle;
 pub mod plan;

@@ -9,10 +9,12 @@
 //! is read back and checked (model, cache settings, checksum); the next question then
 //! reuses it as far as its prompt starts with the file's tokens. A refused file (another
 //! model, other settings, damage) is deleted and the chat's documents are read again on its
-//! next message. Files are kept under the `diskCacheMib` setting, least recently used
-//! first out, and a chat's file goes with the chat.
+//! next message. A chat with no file of its own whose documents another chat has read
+//! starts from that chat's file ([`reading`]). Files are kept under the `diskCacheMib`
+//! setting, least recently used first out, and a chat's file goes with the chat.
 
 mod folder;
+mod reading;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -53,17 +55,18 @@ pub async fn save(app: &AppState, chat_id: &str) -> Option<DiskCacheEvent> {
     if limit == 0 {
         return None;
     }
-    let documents = app
-        .store
-        .get_chat(chat_id)
-        .ok()?
+    let chat = app.store.get_chat(chat_id).ok()?;
+    let documents = chat
         .documents
         .iter()
         .filter(|d| d.prefilled)
         .map(|d| d.id.clone())
         .collect::<Vec<_>>()
         .join(",");
-    let extra = BTreeMap::from([(DOCUMENTS.to_string(), documents)]);
+    let mut extra = BTreeMap::from([(DOCUMENTS.to_string(), documents)]);
+    if let Some(key) = reading::held_key(app, &chat) {
+        extra.insert(reading::READING.to_string(), key);
+    }
     match engine.save_conversation(chat_id, &path, extra).await {
         Ok(Some(saved)) => {
             let event = app.disk.record(chat_id, DiskCacheAction::Saved, &saved);
@@ -93,14 +96,21 @@ pub async fn save_all(app: &AppState) {
     }
 }
 
-/// The chat was opened or is about to run a job: when the engine holds no cache for it
-/// and its file exists, reads the file back (checked) so the next question starts at once.
+/// The chat was opened or is about to run a job: when the engine holds no cache for it,
+/// reads its file back (checked) so the next question starts at once, or, when it has none,
+/// another chat's file that holds its documents.
 pub async fn restore(app: &AppState, chat_id: &str) -> Option<DiskCacheEvent> {
     if app.caches.get(chat_id).is_some() {
         return None;
     }
     let engine = app.model.loaded()?;
-    let path = app.disk.path(chat_id).filter(|p| p.is_file())?;
+    let (path, action, shared) = match app.disk.path(chat_id).filter(|p| p.is_file()) {
+        Some(own) => (own, DiskCacheAction::Restored, None),
+        None => {
+            let (path, key, documents) = reading::other_chats_file(app, chat_id).await?;
+            (path, DiskCacheAction::Reused, Some((key, documents)))
+        }
+    };
     let settings = app.settings();
     match engine
         .restore_conversation(chat_id, &path, engine_cache(&settings.cache))
@@ -109,22 +119,28 @@ pub async fn restore(app: &AppState, chat_id: &str) -> Option<DiskCacheEvent> {
         Ok(Some(restored)) => {
             let record = CacheRecord::from_kv(settings.cache, &restored.kv);
             app.caches.set(chat_id, record);
-            let documents: Vec<String> = restored
-                .extra
-                .get(DOCUMENTS)
-                .map(|ids| ids.split(',').filter(|id| !id.is_empty()))
-                .into_iter()
-                .flatten()
-                .map(str::to_string)
-                .collect();
+            let documents: Vec<String> = match &shared {
+                // The file was found by its key: it holds these documents when the key it
+                // was written with is the same.
+                Some((key, documents)) => match restored.extra.get(reading::READING) {
+                    Some(held) if held == key => documents.clone(),
+                    _ => Vec::new(),
+                },
+                None => restored
+                    .extra
+                    .get(DOCUMENTS)
+                    .map(|ids| ids.split(',').filter(|id| !id.is_empty()))
+                    .into_iter()
+                    .flatten()
+                    .map(str::to_string)
+                    .collect(),
+            };
             if let Err(e) = app.store.set_documents_prefilled(chat_id, &documents, true) {
                 eprintln!("kivi-chat: {e}");
             }
             // Recently used: the last to go when the folder is trimmed.
             touch(&path);
-            let event = app
-                .disk
-                .record(chat_id, DiskCacheAction::Restored, &restored);
+            let event = app.disk.record(chat_id, action, &restored);
             // The panel follows the opened chat, unless another chat's job is running.
             if app.live.phase() == crate::types::Phase::Idle {
                 app.live.show(chat_id, Some(record));
@@ -133,6 +149,13 @@ pub async fn restore(app: &AppState, chat_id: &str) -> Option<DiskCacheEvent> {
             Some(event)
         }
         Ok(None) => None,
+        Err(e) if shared.is_some() => {
+            // Another chat's file: that chat finds out for itself when it is opened.
+            eprintln!(
+                "kivi-chat: another chat's saved cache was not used for chat {chat_id} ({e})"
+            );
+            None
+        }
         Err(e) => {
             eprintln!(
                 "kivi-chat: chat {chat_id}'s saved cache was not used ({e}); its documents are \

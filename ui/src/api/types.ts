@@ -249,8 +249,10 @@ export type Phase = "idle" | "loading" | "prefill" | "decode";
 
 /** What happened to a chat's cache file: "saved" = written to the data folder when the chat
  * went idle or the app quit; "restored" = read back and checked when the chat was opened after
- * a restart, so the next question starts at once without re-reading its documents. */
-export type DiskCacheAction = "saved" | "restored";
+ * a restart, so the next question starts at once without re-reading its documents; "reused" =
+ * another chat's file that had read the same documents (same system prompt, model and cache
+ * settings), read instead of reading them again. */
+export type DiskCacheAction = "saved" | "restored" | "reused";
 
 /** The last write or read of a chat's cache file ("restored from disk, 12.3 MiB, 0.2 s"). */
 export interface DiskCacheEvent {

@@ -86,15 +86,16 @@ function ResidualGauge({ s }: { s: StatsSnapshot }) {
 
 /** "Restored from disk · 12.3 MiB · 200 ms": the described chat's cache file, last written or read. */
 export function diskCacheText(d: DiskCacheEvent): string {
-  const what = d.action === "restored" ? "Restored from disk" : "Saved to disk";
+  const what = { restored: "Restored from disk", reused: "Documents read from disk", saved: "Saved to disk" }[d.action];
   return `${what} · ${formatBytes(d.bytes)} · ${formatDuration(d.seconds * 1000)}`;
 }
 
 function DiskCacheLine({ d }: { d: DiskCacheEvent }) {
-  const why =
-    d.action === "restored"
-      ? "Read back from the data folder and checked when the chat was opened after a restart: the next question starts at once, without re-reading the documents."
-      : "Written to the data folder when the chat went idle or the app quit, so it can be read back after a restart.";
+  const why = {
+    restored: "Read back from the data folder and checked when the chat was opened after a restart: the next question starts at once, without re-reading the documents.",
+    reused: "Another chat had read these documents (same system prompt, model and cache settings): its saved cache was read instead of reading them again.",
+    saved: "Written to the data folder when the chat went idle or the app quit, so it can be read back after a restart.",
+  }[d.action];
   return (
     <p class="muted small disk-cache-line" data-testid="disk-cache-line" data-action={d.action} title={`${formatCount(d.tokens)} tokens. ${why}`}>
       {diskCacheText(d)}
