@@ -1352,6 +1352,21 @@ async fn a_document_read_in_one_chat_is_not_read_again_in_the_next() {
         DiskCacheAction::Saved
     );
     let doc = root().join(".data/texts/moby-dick/chapter_12.txt");
+    // Its chip's figures: the KIVI cache's bytes below float16's, the reading time at the
+    // speed just measured.
+    let read_doc = chats::get(&h.app, first.clone()).await.unwrap().documents[0].clone();
+    let (kv, fp16) = (read_doc.kv_bytes.unwrap(), read_doc.kv_fp16_bytes.unwrap());
+    assert!(kv > 0 && kv * 2 < fp16, "{kv} against {fp16}");
+    let speed = h
+        .app
+        .live
+        .reading_speed()
+        .expect("a reading speed was measured");
+    let secs = read_doc.read_seconds.unwrap();
+    assert!(
+        (secs - doc_tokens as f64 / speed).abs() < 1e-6,
+        "{secs} s at {speed} tok/s"
+    );
 
     // A new chat on the same document starts from the first chat's file.
     let (second, read) = chat_attached(&h, &doc, None).await;

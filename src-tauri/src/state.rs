@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kivi_engine::backend::Backend;
+use kivi_engine::budget::{kv_cache_bytes, kv_fp16_bytes, KvShape};
 use kivi_engine::hub::HubConfig;
 
 use crate::active_model::{ActiveModel, ModelChoice};
@@ -218,12 +219,28 @@ impl AppState {
             .clear();
     }
 
-    /// Sets `fitsInContext` of a chat's documents for the current settings.
+    /// Sets `fitsInContext` of a chat's documents for the current settings, and what reading
+    /// each costs: the KV bytes of the chat's prompt up to it (and in float16), and the time
+    /// at the last measured reading speed.
     pub async fn apply_fit(&self, system_prompt: &str, documents: &mut [DocumentInfo]) {
         let settings = self.settings();
-        let fixed =
-            self.count_short_text(system_prompt).await + u64::from(settings.sampling.max_tokens);
+        let system = self.count_short_text(system_prompt).await;
+        let fixed = system + u64::from(settings.sampling.max_tokens);
         apply_context_fit(documents, fixed, self.context_length(&settings));
+        let Some(engine) = self.model.loaded() else {
+            return;
+        };
+        let shape = KvShape::of(&engine.info().config);
+        let cache = crate::chat_cache::engine_cache(&settings.cache);
+        let speed = self.live.reading_speed();
+        let mut tokens = system;
+        for doc in documents {
+            tokens += doc.token_count;
+            let held = usize::try_from(tokens).unwrap_or(usize::MAX);
+            doc.kv_bytes = Some(kv_cache_bytes(shape, held, &cache, &engine.info().backend));
+            doc.kv_fp16_bytes = Some(kv_fp16_bytes(shape, held));
+            doc.read_seconds = speed.map(|tokens_per_s| doc.token_count as f64 / tokens_per_s);
+        }
     }
 
     /// A chat as the UI gets it: fits recomputed, the live cache filled in.

@@ -26,7 +26,13 @@ struct Live {
     decode_tokens_per_sec: Option<f64>,
     prefill_tokens_per_sec: Option<f64>,
     ttft_ms: Option<f64>,
+    /// The loaded model's last reading speed over a prompt long enough to measure it.
+    reading_speed: Option<f64>,
 }
+
+/// The fewest prompt tokens whose prefill speed stands for reading a document: shorter
+/// prompts are dominated by a step's fixed costs.
+const READING_SPEED_MIN_TOKENS: usize = 256;
 
 /// The current statistics.
 pub struct LiveStats {
@@ -86,6 +92,9 @@ impl LiveStats {
         if stats.prefilled_tokens > 0 {
             live.prefill_tokens_per_sec = Some(stats.prefill_tokens_per_s);
         }
+        if stats.prefilled_tokens >= READING_SPEED_MIN_TOKENS && stats.prefill_tokens_per_s > 0.0 {
+            live.reading_speed = Some(stats.prefill_tokens_per_s);
+        }
         if stats.generated_tokens > 1 {
             live.decode_tokens_per_sec = Some(stats.decode_tokens_per_s);
         }
@@ -105,6 +114,17 @@ impl LiveStats {
     /// Every cache was dropped.
     pub fn forget_caches(&self) {
         self.lock().cache = None;
+    }
+
+    /// The loaded model's last measured reading speed (prompt tokens per second over a
+    /// prompt of at least [`READING_SPEED_MIN_TOKENS`]), for "about 4 min to read".
+    pub fn reading_speed(&self) -> Option<f64> {
+        self.lock().reading_speed
+    }
+
+    /// Another model (or backend) was loaded: the speed measured on the last one goes.
+    pub fn forget_reading_speed(&self) {
+        self.lock().reading_speed = None;
     }
 
     /// A chat was deleted: describe nothing.

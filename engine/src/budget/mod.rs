@@ -182,6 +182,17 @@ pub fn kv_cache_bytes(
     per_head * (global * shape.kv_heads) as u64 + window_bytes
 }
 
+/// Bytes the same positions' keys and values take in float16 (a full cache on the Mac's
+/// float16 backend): what a KIVI cache's bytes are compared with.
+pub fn kv_fp16_bytes(shape: KvShape, tokens: usize) -> u64 {
+    kv_cache_bytes(
+        shape,
+        tokens,
+        &CacheConfig::Full,
+        &Backend::mlx(crate::backend::Device::Gpu, crate::backend::Precision::F16),
+    )
+}
+
 /// What a model's memory needs depend on, read once from its files' headers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct ModelMemory {

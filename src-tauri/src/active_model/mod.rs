@@ -64,6 +64,7 @@ pub fn start_loading(app: &Arc<AppState>, choice: ModelChoice) -> ModelStatus {
         let status = match result {
             Ok(engine) => {
                 app.model.set_engine(engine);
+                app.live.forget_reading_speed();
                 ModelStatus {
                     state: ModelLoadState::Ready,
                     ..status_of(&choice)

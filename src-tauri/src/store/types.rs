@@ -396,6 +396,18 @@ pub struct DocumentInfo {
     pub fits_in_context: bool,
     /// The context length `fits_in_context` was computed against (0 until then).
     pub context_length: u64,
+    /// Computed, not stored (`AppState::apply_fit`): bytes the chat's KV cache holds once the
+    /// system prompt and the documents up to this one are read, with the current cache
+    /// settings; `None` without a loaded model.
+    #[serde(default)]
+    pub kv_bytes: Option<u64>,
+    /// The same tokens' keys and values in float16.
+    #[serde(default)]
+    pub kv_fp16_bytes: Option<u64>,
+    /// Seconds to read this document at the last measured reading speed of the loaded
+    /// model; `None` before one was measured.
+    #[serde(default)]
+    pub read_seconds: Option<f64>,
     /// Its tokens are in the chat's current KV cache.
     pub prefilled: bool,
     /// Milliseconds since the Unix epoch.
@@ -778,6 +790,9 @@ mod tests {
             token_count: tokens,
             fits_in_context: true,
             context_length: 0,
+            kv_bytes: None,
+            kv_fp16_bytes: None,
+            read_seconds: None,
             prefilled: false,
             added_at: 0,
         };

@@ -161,6 +161,14 @@ export interface DocumentInfo {
   fitsInContext: boolean;
   /** The context length `fitsInContext` was computed against. */
   contextLength: number;
+  /** Bytes the chat's KV cache holds once the system prompt and the documents up to this one
+   * are read, with the current cache settings; null without a loaded model. */
+  kvBytes: number | null;
+  /** The same tokens' keys and values in float16. */
+  kvFp16Bytes: number | null;
+  /** Seconds to read this document at the loaded model's last measured reading speed; null
+   * before one was measured. */
+  readSeconds: number | null;
   /** Its tokens are in the chat's current KV cache (follow-up questions skip its prefill). */
   prefilled: boolean;
   addedAt: EpochMillis;

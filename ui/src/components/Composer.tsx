@@ -1,21 +1,27 @@
 /** The message box: document chips, text, attach, send/stop. Enter sends, Shift+Enter breaks. */
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
 import type { DocumentInfo } from "../api/types";
-import { isBusy } from "../lib/chatLogic";
-import { formatCount, formatTokens } from "../lib/format";
+import { documentCost, isBusy } from "../lib/chatLogic";
+import { formatBytes, formatCount, formatEta, formatTokens } from "../lib/format";
+import { cacheShortLabel } from "../lib/kivi";
 import { pickAndAttach, removeDocument, send, stop, useApp } from "../state/app";
 import { IconAlert, IconCheck, IconFile, IconPaperclip, IconSend, IconStop, IconX } from "./icons";
 
-function DocChip({ doc, prefilling }: { doc: DocumentInfo; prefilling: boolean }) {
+function DocChip({ doc, prefilling, cache }: { doc: DocumentInfo; prefilling: boolean; cache: string }) {
   const state = !doc.fitsInContext ? "too-long" : prefilling ? "reading" : doc.prefilled ? "cached" : "ready";
   const title = !doc.fitsInContext
     ? `${doc.name}: ${formatCount(doc.tokenCount)} tokens do not fit the context of ${formatCount(doc.contextLength)} tokens (with the system prompt, earlier documents and room for an answer). Raise the context length in Settings, or remove it.`
-    : `${doc.name}: ${formatCount(doc.tokenCount)} tokens${doc.prefilled ? ", in the KV cache (follow-up questions skip re-reading it)" : ", read with the next message"}`;
+    : `${doc.name}: ${documentCost(doc, cache)}${doc.prefilled ? ". In the KV cache: follow-up questions skip re-reading it." : ". Read with the next message."}`;
   return (
     <div class={`doc-chip ${state}`} data-testid="doc-chip" data-fits={doc.fitsInContext ? "true" : "false"} title={title}>
       <IconFile size={15} />
       <span class="doc-name">{doc.name}</span>
       <span class="doc-tokens" data-testid="doc-tokens">{formatTokens(doc.tokenCount)} tok</span>
+      {state !== "too-long" && doc.kvBytes != null && (
+        <span class="doc-kv" data-testid="doc-kv">
+          {formatBytes(doc.kvBytes)} KV{state === "ready" && doc.readSeconds != null ? ` · ~${formatEta(doc.readSeconds)}` : ""}
+        </span>
+      )}
       {state === "too-long" && (
         <span class="doc-flag bad" data-testid="doc-too-long">
           <IconAlert size={13} /> too long
@@ -39,6 +45,7 @@ export function Composer() {
   const view = useApp((s) => s.chatView);
   const restore = useApp((s) => s.composerRestore);
   const modelReady = useApp((s) => s.modelStatus?.state === "ready");
+  const cache = useApp((s) => cacheShortLabel(s.settings?.cache));
   const [text, setText] = useState("");
   const [asJson, setAsJson] = useState(false);
   const ref = useRef<HTMLTextAreaElement>(null);
@@ -97,7 +104,7 @@ export function Composer() {
         {docs.length > 0 && (
           <div class="doc-chips" data-testid="doc-chips">
             {docs.map((d) => (
-              <DocChip key={d.id} doc={d} prefilling={prefilling && (view?.prefill?.documentIds.includes(d.id) ?? false)} />
+              <DocChip key={d.id} doc={d} cache={cache} prefilling={prefilling && (view?.prefill?.documentIds.includes(d.id) ?? false)} />
             ))}
           </div>
         )}

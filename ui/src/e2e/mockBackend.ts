@@ -201,11 +201,25 @@ function chatOut(rec: ChatRecord): Chat {
 
 const estimateTokens = (text: string) => Math.max(1, Math.round(text.length / 4));
 
+/** The mock model's reading speed (prompt tokens a second), as its prefills run. */
+const MOCK_READING_SPEED = 1874.2;
+
 function withFit(c: Chat): DocumentInfo[] {
-  let used = estimateTokens(c.systemPrompt) + settings.sampling.maxTokens;
+  const system = estimateTokens(c.systemPrompt);
+  let used = system + settings.sampling.maxTokens;
+  let held = system;
   return c.documents.map((d) => {
     used += d.tokenCount;
-    return { ...d, fitsInContext: used <= settings.contextLength, contextLength: settings.contextLength };
+    held += d.tokenCount;
+    const bytes = kvBytes(held, settings.cache);
+    return {
+      ...d,
+      fitsInContext: used <= settings.contextLength,
+      contextLength: settings.contextLength,
+      kvBytes: bytes.held,
+      kvFp16Bytes: bytes.fp16,
+      readSeconds: d.tokenCount / MOCK_READING_SPEED,
+    };
   });
 }
 
@@ -280,6 +294,9 @@ function seed(): void {
     tokenCount: 7412,
     fitsInContext: true,
     contextLength: settings.contextLength,
+    kvBytes: null,
+    kvFp16Bytes: null,
+    readSeconds: null,
     prefilled: true,
     addedAt: t0,
   });
@@ -477,7 +494,7 @@ function splitReply(text: string): string[] {
 }
 
 /** Prefills `total` tokens for a job, emitting progress; returns false when cancelled. */
-async function runPrefill(job: Job, total: number, documentIds: string[], rate = 1874.2): Promise<boolean> {
+async function runPrefill(job: Job, total: number, documentIds: string[], rate = MOCK_READING_SPEED): Promise<boolean> {
   const rec = chats.get(job.chatId);
   if (!rec) return false;
   phase = "prefill";
@@ -817,6 +834,9 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
         tokenCount: FILE_TOKENS[name] ?? 3000 + (name.length * 977) % 9000,
         fitsInContext: true,
         contextLength: settings.contextLength,
+        kvBytes: null,
+        kvFp16Bytes: null,
+        readSeconds: null,
         prefilled: false,
         addedAt: now(),
       };

@@ -13,6 +13,7 @@ import type {
   PrefillProgressEvent,
   TokenEvent,
 } from "../api/types";
+import { formatBytes, formatCount, formatEta } from "./format";
 
 export interface ActiveGeneration {
   id: Id;
@@ -256,6 +257,18 @@ export function regenerableMessage(view: ChatView): Message | null {
 /** A user message can be edited and resent when nothing runs and it has a real id. */
 export function canEdit(view: ChatView, message: Message): boolean {
   return !isBusy(view) && message.role === "user" && !message.id.startsWith(PENDING_PREFIX);
+}
+
+/** What reading a document costs, for its chip: "31,204 tokens · KV cache with it: 91.5 MiB
+ * with K4V2 (float16: 360 MiB) · about 10 min 50 s to read". `cache` names the settings. */
+export function documentCost(doc: DocumentInfo, cache: string): string {
+  const parts = [`${formatCount(doc.tokenCount)} tokens`];
+  if (doc.kvBytes != null) {
+    const fp16 = doc.kvFp16Bytes != null && doc.kvFp16Bytes !== doc.kvBytes ? ` (float16: ${formatBytes(doc.kvFp16Bytes)})` : "";
+    parts.push(`KV cache with it: ${formatBytes(doc.kvBytes)} with ${cache}${fp16}`);
+  }
+  if (doc.readSeconds != null && !doc.prefilled) parts.push(`about ${formatEta(doc.readSeconds)} to read`);
+  return parts.join(" · ");
 }
 
 /** Total document tokens and whether all fit. */

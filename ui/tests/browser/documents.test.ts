@@ -26,6 +26,10 @@ describe("documents", () => {
     expect(await chip.locator(".doc-name").textContent()).toBe("quarterly-report.md");
     expect(await chip.locator(tid("doc-tokens")).textContent()).toBe("5.23k tok");
     expect(await chip.getAttribute("data-fits")).toBe("true");
+    // What reading it costs: the KV bytes with the current cache, against float16, and the time.
+    // (The reading time shows on the chip until the reading starts, here at once.)
+    expect(await chip.locator(tid("doc-kv")).textContent()).toMatch(/^[\d.]+ [KM]iB KV( · ~\d s)?$/);
+    expect(await chip.getAttribute("title")).toMatch(/^quarterly-report\.md: 5,2\d\d tokens · KV cache with it: [\d.]+ [KM]iB with K\d+V\d+ \(float16: [\d.]+ [KM]iB\) · about \d s to read\. Read with the next message\.$/);
 
     const progress = page.locator(tid("prefill-progress"));
     await progress.waitFor();

@@ -14,6 +14,7 @@ import {
   canEdit,
   chatSubtitle,
   documentBudget,
+  documentCost,
   liveSummary,
   isBusy,
   openChat,
@@ -59,6 +60,9 @@ const doc = (id: string, tokenCount: number, fitsInContext = true): DocumentInfo
   sizeBytes: tokenCount * 4,
   tokenCount,
   fitsInContext,
+  kvBytes: null,
+  kvFp16Bytes: null,
+  readSeconds: null,
   contextLength: 8192,
   prefilled: false,
   addedAt: 1,
@@ -348,5 +352,17 @@ describe("the open chat's entry in the chat list", () => {
     expect(chatSubtitle(s(1, 0))).toBe("1 message");
     expect(chatSubtitle(s(4, 1))).toBe("4 messages");
     expect(chatSubtitle(s(4, 1, "Hi"))).toBe("Hi");
+  });
+});
+
+describe("documentCost", () => {
+  it("says the tokens, the KV bytes against float16 and the reading time", () => {
+    const d = { ...doc("report", 31204), kvBytes: 91.5 * 2 ** 20, kvFp16Bytes: 360 * 2 ** 20, readSeconds: 650 };
+    expect(documentCost(d, "K4V2")).toBe("31,204 tokens · KV cache with it: 91.5 MiB with K4V2 (float16: 360 MiB) · about 10 min 50 s to read");
+    // Read already: no reading time. Full precision: no float16 figure beside the same bytes.
+    expect(documentCost({ ...d, prefilled: true }, "K4V2")).toBe("31,204 tokens · KV cache with it: 91.5 MiB with K4V2 (float16: 360 MiB)");
+    expect(documentCost({ ...d, kvBytes: d.kvFp16Bytes }, "FP16")).toBe("31,204 tokens · KV cache with it: 360 MiB with FP16 · about 10 min 50 s to read");
+    // No model loaded, no speed measured: the tokens alone.
+    expect(documentCost(doc("report", 31204), "K4V2")).toBe("31,204 tokens");
   });
 });
