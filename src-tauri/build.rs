@@ -22,6 +22,7 @@ const COMMANDS: &[&str] = &[
     "prefill_chat",
     "get_settings",
     "get_default_settings",
+    "fit_context_length",
     "update_settings",
     "list_models",
     "inspect_model",

@@ -632,6 +632,45 @@ async fn cache_settings_changes_drop_caches_and_change_the_bytes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fit_this_machine_offers_the_longest_context_the_memory_holds() {
+    use crate::store::CacheMode;
+    let h = harness();
+    h.ready().await;
+    let saved = settings::get(&h.app).await.unwrap();
+    let kivi = settings::fit_context(&h.app, saved.cache).await.unwrap();
+    assert_eq!(kivi.model_context, 8192, "SmolLM2's trained context");
+    assert!(
+        kivi.context_length == kivi.model_context
+            || (kivi.context_length >= 512 && kivi.context_length % 256 == 0),
+        "{kivi:?}"
+    );
+    assert!(
+        kivi.kv_bytes > 0 && kivi.available_bytes > kivi.kv_bytes,
+        "{kivi:?}"
+    );
+    let fp16 = crate::store::CacheSettings {
+        mode: CacheMode::Fp16,
+        ..saved.cache
+    };
+    let full = settings::fit_context(&h.app, fp16).await.unwrap();
+    assert!(
+        full.context_length <= kivi.context_length,
+        "{full:?} {kivi:?}"
+    );
+    if full.context_length == kivi.context_length {
+        assert!(full.kv_bytes > 2 * kivi.kv_bytes, "{full:?} {kivi:?}");
+    }
+    // Nothing is saved; settings that break a rule are refused by name.
+    assert_eq!(settings::get(&h.app).await.unwrap(), saved);
+    let bad = crate::store::CacheSettings {
+        k_bits: 3,
+        ..saved.cache
+    };
+    let err = settings::fit_context(&h.app, bad).await.unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("cache.kBits"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kivi_plus_settings_reach_the_engine_and_the_panel_shows_its_window() {
     let h = harness();
     h.ready().await;
@@ -1131,7 +1170,7 @@ fn only_the_app_commands_are_allowed_and_ipc_md_lists_them_all() {
     ] {
         v.sort();
     }
-    assert_eq!(manifest.len(), 35);
+    assert_eq!(manifest.len(), 36);
     assert_eq!(registered, manifest, "handler vs build.rs");
     assert_eq!(documented, manifest, "IPC.md vs build.rs");
     assert_eq!(allowed, expected, "capability vs build.rs");

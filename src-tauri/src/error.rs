@@ -33,7 +33,6 @@ pub enum ErrorCode {
     /// A document without usable text.
     InvalidDocument,
     /// Not enough memory.
-    #[allow(dead_code)]
     InsufficientMemory,
     /// The hub cannot be reached.
     Network,

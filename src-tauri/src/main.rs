@@ -125,6 +125,7 @@ fn main() -> anyhow::Result<()> {
             documents::prefill_chat,
             settings::get_settings,
             settings::get_default_settings,
+            settings::fit_context_length,
             settings::update_settings,
             models::list_models,
             models::inspect_model,

@@ -1,11 +1,14 @@
 //! Settings (`api/settings.ts`): read, defaults, update (validated; a cache or context
 //! change drops every chat's cache).
 
+use kivi_engine::budget;
+use kivi_engine::error::LoadError;
 use tauri::State;
 
-use crate::error::{CommandError, CommandResult};
+use crate::chat_cache::engine_cache;
+use crate::error::{CommandError, CommandResult, ErrorCode};
 use crate::state::App;
-use crate::store::{Settings, SettingsUpdate};
+use crate::store::{CacheSettings, ContextFit, Settings, SettingsUpdate, MAX_CONTEXT_LENGTH};
 
 /// `get_settings`.
 pub async fn get(app: &App) -> CommandResult<Settings> {
@@ -19,6 +22,46 @@ pub async fn defaults(app: &App) -> CommandResult<Settings> {
         .loaded()
         .map(|e| u32::try_from(e.context_length()).unwrap_or(u32::MAX));
     Ok(Settings::defaults_for_model(max))
+}
+
+/// `fit_context`: the longest context the active model allows and this machine's memory
+/// holds beside it with the `cache` settings ("Fit this machine"). Nothing is saved.
+pub async fn fit_context(app: &App, cache: CacheSettings) -> CommandResult<ContextFit> {
+    let settings = Settings {
+        cache,
+        ..app.store.get_settings()?
+    };
+    settings.validate()?;
+    let engine = app.model.engine()?;
+    let path = engine.info().path.clone();
+    let backend = engine.info().backend;
+    let cache = engine_cache(&settings.cache);
+    let model_context = u32::try_from(engine.context_length()).unwrap_or(u32::MAX);
+    let fit = tauri::async_runtime::spawn_blocking(move || {
+        // The loaded model's weights are in memory already: what it holds counts as
+        // available to the model the estimate describes.
+        let loaded = budget::estimate(&path, Some(0), &cache, &backend)?;
+        let available = budget::available_memory() + loaded.weights + loaded.overhead;
+        budget::longest_context(&path, &cache, &backend, Some(available))
+            .map(|need| (need, available))
+    })
+    .await
+    .map_err(|e| CommandError::internal(format!("The memory estimate failed: {e}.")))?;
+    let (need, available) = fit.map_err(|e| match e {
+        LoadError::InsufficientMemory { .. } => CommandError::new(
+            ErrorCode::InsufficientMemory,
+            format!("Not even the shortest context fits this machine's memory: {e}."),
+        ),
+        e => CommandError::internal(format!("The model's memory cannot be estimated: {e}.")),
+    })?;
+    Ok(ContextFit {
+        context_length: u32::try_from(need.context)
+            .unwrap_or(u32::MAX)
+            .min(MAX_CONTEXT_LENGTH),
+        model_context,
+        kv_bytes: need.kv_cache,
+        available_bytes: available,
+    })
 }
 
 /// `update_settings`.
@@ -70,6 +113,14 @@ pub async fn get_settings(app: State<'_, App>) -> CommandResult<Settings> {
 #[tauri::command]
 pub async fn get_default_settings(app: State<'_, App>) -> CommandResult<Settings> {
     defaults(&app).await
+}
+
+#[tauri::command]
+pub async fn fit_context_length(
+    app: State<'_, App>,
+    cache: CacheSettings,
+) -> CommandResult<ContextFit> {
+    fit_context(&app, cache).await
 }
 
 #[tauri::command]

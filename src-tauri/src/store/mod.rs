@@ -35,4 +35,5 @@ pub use documents::NewDocument;
 pub use error::{Result, StoreError};
 #[cfg(test)]
 pub use schema::SCHEMA_VERSION;
+pub use settings::MAX_CONTEXT_LENGTH;
 pub use types::*;

@@ -11,6 +11,9 @@ use super::types::{
 };
 use super::{Result, Store, StoreError};
 
+/// The longest context the settings accept.
+pub const MAX_CONTEXT_LENGTH: u32 = 131_072;
+
 /// One broken rule: the field as a dotted path in the UI's terms, and what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
@@ -160,7 +163,7 @@ impl Settings {
             push("cache.sinks", "Sink tokens must be 0, 4 or 16.".into());
         }
 
-        if !(512..=131_072).contains(&self.context_length) {
+        if !(512..=MAX_CONTEXT_LENGTH).contains(&self.context_length) {
             push(
                 "contextLength",
                 "Context length must be a whole number from 512 to 131,072.".into(),

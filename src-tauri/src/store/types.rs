@@ -212,6 +212,23 @@ fn default_disk_cache_mib() -> u32 {
     DEFAULT_DISK_CACHE_MIB
 }
 
+/// What `fit_context_length` returns: "Fit this machine".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextFit {
+    /// The longest context (a multiple of 256 tokens, at most the model's trained context
+    /// and the setting's maximum) whose KV cache with the given settings the memory holds
+    /// beside the loaded model.
+    pub context_length: u32,
+    /// The loaded model's trained context.
+    pub model_context: u32,
+    /// Bytes that context's KV cache takes.
+    pub kv_bytes: u64,
+    /// The memory the estimate had: what the system has available now plus what the
+    /// loaded model holds.
+    pub available_bytes: u64,
+}
+
 /// What `update_settings` returns.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -98,6 +98,19 @@ export interface Settings {
   diskCacheMib: number;
 }
 
+/** What `fit_context_length` returns: "Fit this machine". */
+export interface ContextFit {
+  /** The longest context (a multiple of 256 tokens, at most the model's trained context and
+   * 131,072) whose KV cache with the given settings the memory holds beside the loaded model. */
+  contextLength: number;
+  /** The loaded model's trained context. */
+  modelContext: number;
+  /** Bytes that context's KV cache takes. */
+  kvBytes: number;
+  /** Memory the estimate had: available now plus what the loaded model holds. */
+  availableBytes: number;
+}
+
 export interface SettingsUpdate {
   settings: Settings;
   /** True when `cache`, `contextLength` or `backend` changed, so every chat's KV cache was

@@ -8,6 +8,7 @@ import { GROUP_CHOICES, LIMITS, ROTATION_CHOICES, SINK_CHOICES, isValid, parseNu
 import {
   activateModel,
   copyText,
+  fitContext,
   loadDefaultSettings,
   saveSettings,
   setTheme,
@@ -245,6 +246,8 @@ export function SettingsView() {
   const activeModel = useApp((s) => s.models?.models.find((m) => m.id === s.models?.activeModelId) ?? null);
   const [draft, setDraft] = useState<Draft | null>(saved ? toDraft(saved) : null);
   const [saving, setSaving] = useState(false);
+  /** The last "Fit this machine" answer, shown while the field holds its context. */
+  const [fitted, setFitted] = useState<{ context: string; note: string } | null>(null);
 
   useEffect(() => {
     if (saved && !draft) setDraft(toDraft(saved));
@@ -273,6 +276,15 @@ export function SettingsView() {
 
   const chat = chatView?.chat;
   const docTokens = chat?.documents.reduce((n, d) => n + d.tokenCount, 0) ?? 0;
+
+  const fit = async () => {
+    const found = await fitContext(candidate.cache);
+    if (!found) return;
+    set("contextLength", String(found.contextLength));
+    const bound = found.contextLength >= found.modelContext ? `${activeModel?.name ?? "the model"}'s trained context` : "the memory available";
+    const note = `Fits this machine: ${formatCount(found.contextLength)} tokens (up to ${bound}); their KV cache takes ${formatBytes(found.kvBytes)} of ${formatBytes(found.availableBytes)} available with the model.`;
+    setFitted({ context: String(found.contextLength), note });
+  };
 
   const save = async () => {
     if (!valid) return;
@@ -374,7 +386,12 @@ export function SettingsView() {
                 options={ROTATION_CHOICES.map((r) => ({ value: r, label: { none: "Off", values: "Values", both: "Keys and values", adaptive: "Per head" }[r] }))}
               />
             </Field>
-            <Field label="Context length" hint={ctxWarn ?? "Tokens the cache may hold: system prompt, documents, conversation and answer."} error={errors.contextLength} errorTestId="context-error">
+            <Field
+              label="Context length"
+              hint={ctxWarn ?? (fitted?.context === draft.contextLength ? fitted.note : "Tokens the cache may hold: system prompt, documents, conversation and answer.")}
+              error={errors.contextLength}
+              errorTestId="context-error"
+            >
               <NumberInput value={draft.contextLength} onInput={(v) => set("contextLength", v)} testId="context-input" label="Context length" step={1024} min={512} max={131072} invalid={!!errors.contextLength} width="110px" />
               <span class="unit">tokens</span>
               <span class="presets">
@@ -383,6 +400,9 @@ export function SettingsView() {
                     {n / 1024}k
                   </button>
                 ))}
+                <button type="button" class="chip-btn" data-testid="context-fit" title="The longest context the model allows and this machine's memory holds with these cache settings" onClick={() => void fit()}>
+                  Fit this machine
+                </button>
               </span>
             </Field>
             <Field

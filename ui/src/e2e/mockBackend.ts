@@ -871,6 +871,18 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       return structuredClone(settings);
     case "get_default_settings":
       return structuredClone(DEFAULT_SETTINGS);
+    case "fit_context_length": {
+      const cache = a.cache as CacheConfig;
+      const errors = Object.entries(validateSettings({ ...settings, cache })).filter(([field]) => field.startsWith("cache."));
+      if (errors.length) fail("invalidArgument", errors[0]![1], errors[0]![0]);
+      // The mock machine has 6.1 GiB available beside the model's weights: the context
+      // stops where the KV cache would take it all, in steps of 256, at most the model's own.
+      const available = 6.1 * GiB + 100 * MiB;
+      const modelContext = models.find((m) => m.id === activeModelId)?.contextLength ?? 8192;
+      let contextLength = Math.min(modelContext, 131072);
+      while (contextLength > 512 && kvBytes(contextLength, cache).held > available) contextLength -= 256;
+      return { contextLength, modelContext, kvBytes: kvBytes(contextLength, cache).held, availableBytes: available };
+    }
     case "update_settings": {
       const next = a.settings as Settings;
       const errors = Object.entries(validateSettings(next));

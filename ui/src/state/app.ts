@@ -1,7 +1,9 @@
 /** The app's state and every action the components call. Components never call the API directly. */
 import { ApiError, chats, documents, messages, models, on, server, settings as settingsApi, stats, system } from "../api";
 import type {
+  CacheConfig,
   ChatSummary,
+  ContextFit,
   DownloadProgress,
   ExportFormat,
   Id,
@@ -560,6 +562,16 @@ export async function saveSettings(next: Settings): Promise<Settings | null> {
     return res.settings;
   } catch (e) {
     reportError("Settings were not saved", e);
+    return null;
+  }
+}
+
+/** "Fit this machine" for the cache settings `cache`; null (with a toast) when it cannot be told. */
+export async function fitContext(cache: CacheConfig): Promise<ContextFit | null> {
+  try {
+    return await settingsApi.fitContextLength(cache);
+  } catch (e) {
+    reportError("Could not fit the context to this machine", e);
     return null;
   }
 }

@@ -46,6 +46,23 @@ describe("settings", () => {
     expect(await page.locator(tid("settings-state")).textContent()).toMatch(/All changes saved/);
   });
 
+  it("fits the context to this machine with the cache being edited", async () => {
+    app = await openApp(env.browser, env.url);
+    const { page } = app;
+    await page.click(tid("nav-settings"));
+    await page.locator(tid("settings-view")).waitFor();
+    await page.fill(tid("context-input"), "4096");
+    await page.click(tid("context-fit"));
+    await page.waitForFunction(() => (document.querySelector('[data-testid="context-input"]') as HTMLInputElement).value === "8192");
+    expect(await page.locator(".field-hint", { hasText: "Fits this machine" }).textContent()).toMatch(
+      /^Fits this machine: 8,192 tokens \(up to .+'s trained context\); their KV cache takes [\d.]+ MiB of 6\.\d+ GiB available with the model\.$/,
+    );
+    const call = (await mockCalls(page)).find((c) => c.cmd === "fit_context_length");
+    expect(call?.args.cache).toEqual(await page.evaluate(() => window.__kiviMock.settings().cache));
+    // Nothing is saved until Save.
+    expect(await page.evaluate(() => window.__kiviMock.settings().contextLength)).not.toBe(8192);
+  });
+
   it("re-validates when the group size changes, and saves bits and the fp16 switch", async () => {
     app = await openApp(env.browser, env.url);
     const { page } = app;

@@ -85,6 +85,7 @@ async function callEveryWrapper(): Promise<void> {
   await documents.prefillChat("c");
   await settings.getSettings();
   await settings.getDefaultSettings();
+  await settings.fitContextLength(SETTINGS.cache);
   await settings.updateSettings(SETTINGS);
   await models.listModels();
   await models.inspectModel("a/b");
