@@ -45,6 +45,7 @@ fn document_from_row(row: &Row<'_>) -> rusqlite::Result<DocumentInfo> {
         token_count: row.get::<_, i64>(6)? as u64,
         fits_in_context: true,
         context_length: 0,
+        context_needed: 0,
         kv_bytes: None,
         kv_fp16_bytes: None,
         read_seconds: None,

@@ -413,6 +413,10 @@ pub struct DocumentInfo {
     pub fits_in_context: bool,
     /// The context length `fits_in_context` was computed against (0 until then).
     pub context_length: u64,
+    /// Computed, not stored: the context this document needs, the system prompt, the
+    /// documents up to it and room for an answer together (0 until computed).
+    #[serde(default)]
+    pub context_needed: u64,
     /// Computed, not stored (`AppState::apply_fit`): bytes the chat's KV cache holds once the
     /// system prompt and the documents up to this one are read, with the current cache
     /// settings; `None` without a loaded model.
@@ -658,6 +662,7 @@ pub fn apply_context_fit(documents: &mut [DocumentInfo], fixed_tokens: u64, cont
         sum = sum.saturating_add(doc.token_count);
         doc.fits_in_context = sum <= context_length;
         doc.context_length = context_length;
+        doc.context_needed = sum;
     }
 }
 
@@ -807,6 +812,7 @@ mod tests {
             token_count: tokens,
             fits_in_context: true,
             context_length: 0,
+            context_needed: 0,
             kv_bytes: None,
             kv_fp16_bytes: None,
             read_seconds: None,
@@ -825,8 +831,13 @@ mod tests {
             [true, false, false]
         );
         assert!(docs.iter().all(|d| d.context_length == 6000));
+        assert_eq!(
+            docs.iter().map(|d| d.context_needed).collect::<Vec<_>>(),
+            [4044, 8044, 8144]
+        );
         let json = serde_json::to_value(&docs[0]).unwrap();
         assert_eq!(json["fitsInContext"], json!(true));
+        assert_eq!(json["contextNeeded"], json!(4044));
         assert_eq!(json["kind"], json!("txt"));
     }
 }

@@ -174,6 +174,9 @@ export interface DocumentInfo {
   fitsInContext: boolean;
   /** The context length `fitsInContext` was computed against. */
   contextLength: number;
+  /** The context this document needs: the system prompt, the documents up to it and room for
+   * an answer together. */
+  contextNeeded: number;
   /** Bytes the chat's KV cache holds once the system prompt and the documents up to this one
    * are read, with the current cache settings; null without a loaded model. */
   kvBytes: number | null;

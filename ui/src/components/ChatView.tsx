@@ -1,6 +1,7 @@
 /** The conversation: header, model banner, messages, prefill progress, composer. */
 import { useEffect, useLayoutEffect, useRef, useState } from "preact/hooks";
-import { documentBudget, isBusy, canEdit as canEditMessage, regenerableMessage } from "../lib/chatLogic";
+import { documentBudget, fittingTokens, isBusy, canEdit as canEditMessage, regenerableMessage } from "../lib/chatLogic";
+import { modelWithRoomFor } from "../lib/models";
 import { cacheLabel, sameCache } from "../lib/kivi";
 import { formatCount, formatEta, formatPercent, formatRate } from "../lib/format";
 import {
@@ -259,6 +260,9 @@ function EmptyChat({ view }: { view: ChatViewState }) {
   const docs = view.chat.documents;
   const budget = documentBudget(docs);
   const tooLong = docs.filter((d) => !d.fitsInContext);
+  const neededContext = Math.max(0, ...tooLong.map((d) => d.contextNeeded));
+  const longer = useApp((s) => (tooLong.length ? modelWithRoomFor(s.models, neededContext) : null));
+  const one = tooLong.length === 1 ? tooLong[0]! : null;
   return (
     <div class="empty-chat" data-testid="empty-chat">
       {tooLong.length > 0 ? (
@@ -266,14 +270,23 @@ function EmptyChat({ view }: { view: ChatViewState }) {
           <h3>
             {tooLong.length === 1 ? `${tooLong[0]!.name} is too long for the context` : `${tooLong.length} documents are too long for the context`}
           </h3>
-          <p class="muted">
-            {tooLong.length === 1 && `It has ${formatCount(tooLong[0]!.tokenCount)} tokens; the context holds ${formatCount(tooLong[0]!.contextLength)} (with the system prompt and room for an answer). `}
-            Remove it, or raise the context length in Settings (or choose a model with a longer context).
+          <p class="muted" data-testid="too-long-text">
+            {one &&
+              `It has ${formatCount(one.tokenCount)} tokens; with the system prompt, the documents before it and room for an answer it needs a context of ${formatCount(one.contextNeeded)} tokens, and the context holds ${formatCount(one.contextLength)}: ${formatCount(fittingTokens(one))} of its tokens would fit, and nothing is cut without you. `}
+            Remove it, or raise the context length in Settings (“Fit this machine” finds the longest this computer holds).
+            {longer && ` ${longer.name}, installed, reads up to ${formatCount(longer.contextLength)} tokens.`}
             {docs.length > tooLong.length && " The other documents can be used as usual."}
           </p>
-          <button type="button" class="btn" onClick={() => setView("settings")}>
-            Open Settings
-          </button>
+          <div class="empty-actions">
+            <button type="button" class="btn" onClick={() => setView("settings")}>
+              Open Settings
+            </button>
+            {longer && (
+              <button type="button" class="btn" data-testid="use-longer-model" onClick={() => void activateModel(longer.id)}>
+                Use {longer.name}
+              </button>
+            )}
+          </div>
         </>
       ) : docs.length ? (
         <>

@@ -271,6 +271,12 @@ export function documentCost(doc: DocumentInfo, cache: string): string {
   return parts.join(" · ");
 }
 
+/** How much of a document too long for the context fits: its tokens beyond what comes before it
+ * (system prompt, earlier documents) and the room kept for an answer; 0 when none. */
+export function fittingTokens(doc: DocumentInfo): number {
+  return Math.max(0, Math.min(doc.tokenCount, doc.contextLength - (doc.contextNeeded - doc.tokenCount)));
+}
+
 /** Total document tokens and whether all fit. */
 export function documentBudget(docs: DocumentInfo[]): { tokens: number; allFit: boolean } {
   return { tokens: docs.reduce((n, d) => n + d.tokenCount, 0), allFit: docs.every((d) => d.fitsInContext) };

@@ -59,3 +59,13 @@ export function withModel(overview: ModelsOverview, model: ModelInfo): ModelsOve
   });
   return { ...overview, models: [...list.slice(0, insert), model, ...list.slice(insert)] };
 }
+
+/** An installed model other than the active one whose context holds `tokens`: the smallest
+ * such file (the quickest to load), for "too long for the context" advice; null when none. */
+export function modelWithRoomFor(overview: ModelsOverview | null, tokens: number): ModelInfo | null {
+  const fitting = (overview?.models ?? []).filter(
+    (m) => m.availability === "ready" && m.id !== overview?.activeModelId && m.contextLength != null && m.contextLength >= tokens,
+  );
+  fitting.sort((a, b) => (a.sizeBytes ?? Infinity) - (b.sizeBytes ?? Infinity) || a.name.localeCompare(b.name));
+  return fitting[0] ?? null;
+}

@@ -98,6 +98,15 @@ describe("documents", () => {
     expect(await chip.getAttribute("title")).toMatch(/287,412 tokens do not fit the context of 32,768.*Raise the context length in Settings/);
     expect(await page.locator(tid("toast-error")).textContent()).toMatch(/too long.*287,412 tokens.*32,768/);
     expect(await page.locator(tid("empty-chat")).textContent()).toMatch(/moby-dick\.txt is too long.*287,412 tokens.*raise the context length/);
+    // How much fits: the context less the system prompt and the room for an answer.
+    const maxTokens = (await page.evaluate(() => window.__kiviMock.settings())).sampling.maxTokens;
+    const text = (await page.locator(tid("too-long-text")).textContent()) ?? "";
+    const [, needed, fits] = /needs a context of ([\d,]+) tokens, and the context holds 32,768: ([\d,]+) of its tokens would fit/.exec(text) ?? [];
+    const num = (s?: string) => Number(s?.replace(/,/g, ""));
+    expect(num(needed) - 287_412 - maxTokens).toBeLessThan(8); // the system prompt's few tokens
+    expect(num(fits)).toBe(32_768 - (num(needed) - 287_412));
+    // No installed model reads 287k tokens: none is offered.
+    expect(await page.locator(tid("use-longer-model")).count()).toBe(0);
     // No prefill for a document that does not fit.
     expect((await mockCalls(page)).some((c) => c.cmd === "prefill_chat")).toBe(false);
     await chip.locator(tid("doc-remove")).click();

@@ -15,6 +15,7 @@ import {
   chatSubtitle,
   documentBudget,
   documentCost,
+  fittingTokens,
   liveSummary,
   isBusy,
   openChat,
@@ -60,6 +61,7 @@ const doc = (id: string, tokenCount: number, fitsInContext = true): DocumentInfo
   sizeBytes: tokenCount * 4,
   tokenCount,
   fitsInContext,
+  contextNeeded: 0,
   kvBytes: null,
   kvFp16Bytes: null,
   readSeconds: null,
@@ -364,5 +366,16 @@ describe("documentCost", () => {
     expect(documentCost({ ...d, kvBytes: d.kvFp16Bytes }, "FP16")).toBe("31,204 tokens · KV cache with it: 360 MiB with FP16 · about 10 min 50 s to read");
     // No model loaded, no speed measured: the tokens alone.
     expect(documentCost(doc("report", 31204), "K4V2")).toBe("31,204 tokens");
+  });
+});
+
+describe("fittingTokens", () => {
+  it("is the context left after what comes before the document and the answer's room", () => {
+    const d = { ...doc("book", 287_412, false), contextLength: 32_768, contextNeeded: 287_412 + 1024 + 30 };
+    expect(fittingTokens(d)).toBe(32_768 - 1024 - 30);
+    // Earlier documents took it all: none fits.
+    expect(fittingTokens({ ...d, contextNeeded: 287_412 + 40_000 })).toBe(0);
+    // A document that fits fits whole.
+    expect(fittingTokens({ ...d, tokenCount: 100, contextNeeded: 1154, fitsInContext: true })).toBe(100);
   });
 });

@@ -2,7 +2,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { clearMocks, mockIPC } from "@tauri-apps/api/mocks";
 import type { ModelInfo, ModelsOverview } from "../../src/api/types";
-import { anyReadyModel, groupModels, isLocalModelId, localModelPath, unavailableLabel, withModel } from "../../src/lib/models";
+import { anyReadyModel, groupModels, isLocalModelId, localModelPath, modelWithRoomFor, unavailableLabel, withModel } from "../../src/lib/models";
 import { addLocalModel, deleteModel, store } from "../../src/state/app";
 
 const model = (id: string, source: ModelInfo["source"], availability: ModelInfo["availability"] = "ready", recommended = false): ModelInfo => ({
@@ -164,5 +164,25 @@ describe("adding a local model", () => {
     expect(calls.filter((c) => c.cmd === "delete_model").map((c) => c.args)).toEqual([{ modelId: LOCAL.id }, { modelId: LOCAL.id }]);
     expect(store.get().models?.models.map((m) => m.id)).toEqual([BUILTIN.id]);
     expect(store.get().toasts).toEqual([]);
+  });
+});
+
+describe("modelWithRoomFor", () => {
+  it("names the smallest installed model, other than the active one, whose context holds the tokens", () => {
+    const m = (id: string, contextLength: number | null, sizeBytes: number, availability: ModelInfo["availability"] = "ready") => ({
+      ...model(id, "hub", availability),
+      contextLength,
+      sizeBytes,
+    });
+    const overview: ModelsOverview = {
+      models: [m("active", 8192, 1), m("big", 131072, 9e9), m("small", 40960, 2e9), m("unknown", null, 1), m("notHere", 131072, 1, "notDownloaded")],
+      activeModelId: "active",
+      availableMemoryBytes: 0,
+      totalMemoryBytes: 0,
+    };
+    expect(modelWithRoomFor(overview, 33_000)?.id).toBe("small");
+    expect(modelWithRoomFor(overview, 60_000)?.id).toBe("big");
+    expect(modelWithRoomFor(overview, 200_000)).toBeNull();
+    expect(modelWithRoomFor(null, 1)).toBeNull();
   });
 });
