@@ -45,6 +45,13 @@ fn assert_succeeded(out: &Output) {
     );
 }
 
+/// Fails the test unless `kivi` failed saying `why` on stderr.
+fn assert_refused(out: &Output, why: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{why:?} expected: {stderr}");
+    assert!(stderr.contains(why), "{why:?} expected: {stderr}");
+}
+
 #[test]
 fn generate_streams_text_and_json_lines() {
     let model = model();
@@ -147,7 +154,7 @@ fn a_chat_session_goes_on_after_a_restart_without_reading_the_document_again() {
     let dir = tempfile::tempdir().unwrap();
     let doc = moby_dick_document(dir.path(), 6000);
     let session = dir.path().join("loomings.kivi");
-    let chat = |files: &[&str], stdin: &str| {
+    let chat = |more: &[&str], stdin: &str| {
         let mut args = vec![
             "chat",
             "--model",
@@ -157,9 +164,7 @@ fn a_chat_session_goes_on_after_a_restart_without_reading_the_document_again() {
             "--session",
             session.to_str().unwrap(),
         ];
-        for f in files {
-            args.extend(["--file", f]);
-        }
+        args.extend(more);
         kivi(&args, stdin)
     };
     let summary = |out: &Output| {
@@ -180,7 +185,7 @@ fn a_chat_session_goes_on_after_a_restart_without_reading_the_document_again() {
             .unwrap()
     };
 
-    let first = chat(&[doc.to_str().unwrap()], "Who is the narrator?\n");
+    let first = chat(&["--file", doc.to_str().unwrap()], "Who is the narrator?\n");
     assert_succeeded(&first);
     let (stderr, line) = summary(&first);
     assert!(line.contains("(reused 0)"), "{stderr}");
@@ -204,38 +209,20 @@ fn a_chat_session_goes_on_after_a_restart_without_reading_the_document_again() {
 
     // Other documents than the session's are refused, and the file is left as it was.
     let before = std::fs::read(&session).unwrap();
-    std::fs::write(dir.path().join("other.txt"), "Another text.").unwrap();
     let other = dir.path().join("other.txt");
-    let third = chat(&[other.to_str().unwrap()], "Hi\n");
-    assert!(!third.status.success());
-    let stderr = String::from_utf8_lossy(&third.stderr);
-    assert!(
-        stderr.contains("other documents (loomings.txt)"),
-        "{stderr}"
-    );
+    std::fs::write(&other, "Another text.").unwrap();
+    let third = chat(&["--file", other.to_str().unwrap()], "Hi\n");
+    assert_refused(&third, "other documents (loomings.txt)");
     assert_eq!(std::fs::read(&session).unwrap(), before);
 
     // Another cache setting than the session's is refused: the file holds that cache.
-    let mut args = vec![
-        "chat",
-        "--model",
-        model.to_str().unwrap(),
-        "--cache",
-        "full",
-    ];
-    args.extend(["--session", session.to_str().unwrap()]);
-    let other_cache = kivi(&args, "Hi\n");
-    assert!(!other_cache.status.success());
-    let stderr = String::from_utf8_lossy(&other_cache.stderr);
-    assert!(stderr.contains("cannot resume the session"), "{stderr}");
+    let other_cache = chat(&["--cache", "full"], "Hi\n");
+    assert_refused(&other_cache, "cannot resume the session");
     assert_eq!(std::fs::read(&session).unwrap(), before);
 
     // A damaged file is refused with a message, not read.
     std::fs::write(&session, &before[..before.len() / 2]).unwrap();
-    let fourth = chat(&[], "Hi\n");
-    assert!(!fourth.status.success());
-    let stderr = String::from_utf8_lossy(&fourth.stderr);
-    assert!(stderr.contains("cannot resume the session"), "{stderr}");
+    assert_refused(&chat(&[], "Hi\n"), "cannot resume the session");
 }
 
 #[test]
@@ -252,22 +239,13 @@ fn bad_settings_are_explained() {
         ],
         "",
     );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("multiple of the group size"), "{stderr}");
+    assert_refused(&out, "multiple of the group size");
 
     let out = kivi(&["generate", "--context", "lots", "x"], "");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("neither a number of tokens nor `fit`"),
-        "{stderr}"
-    );
+    assert_refused(&out, "neither a number of tokens nor `fit`");
 
     let out = kivi(&["generate", "--model", "/nonexistent/model.gguf", "x"], "");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("neither an existing file"), "{stderr}");
+    assert_refused(&out, "neither an existing file");
 }
 
 /// `--context fit` takes the longest context this machine's memory holds: the whole of
@@ -333,9 +311,7 @@ fn json_schema_answers_keep_to_the_schema_and_a_cut_one_fails() {
 
     // Cut JSON is a failure, said on stderr.
     let out = ask("3");
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("before its JSON was complete"), "{stderr}");
+    assert_refused(&out, "before its JSON was complete");
 
     // A schema file that is not JSON is named.
     std::fs::write(dir.join("bad.json"), "{not json").unwrap();
@@ -351,8 +327,6 @@ fn json_schema_answers_keep_to_the_schema_and_a_cut_one_fails() {
         ],
         "",
     );
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("bad.json is not JSON"), "{stderr}");
+    assert_refused(&out, "bad.json is not JSON");
     std::fs::remove_dir_all(&dir).ok();
 }
