@@ -31,7 +31,7 @@ pub struct Transcript {
     pub messages: Vec<Message>,
 }
 
-/// A session file and what it held when the program started.
+/// A session file: where the conversation is kept.
 pub struct Session {
     path: PathBuf,
 }
