@@ -62,8 +62,9 @@ fn check(model: &Path, name: &str, bounds: &[(&str, f64)]) {
     assert!(failed.is_empty(), "{name}: {}", failed.join("; "));
 }
 
-/// On this window the recommended cache and K4V4 cost SmolLM2 nothing measurable (-0.03%,
-/// -0.23%), nor does K2V2 with sinks and the adaptive basis (-0.47%).
+/// On this window the recommended cache and K4V4 cost SmolLM2 nothing measurable (-0.09%,
+/// -0.23%); K2V2 with sinks and the adaptive basis +0.58% (-0.47% before the basis scaled
+/// key channels; over the benchmark's six windows the factors took it from +3.4% to +2.3%).
 #[test]
 fn the_recommended_caches_hold_on_smollm2() {
     check(
@@ -79,8 +80,9 @@ fn the_recommended_caches_hold_on_smollm2() {
 
 /// On this window the recommended cache costs Qwen2.5 +1.2% and K4V4 +0.8%; the
 /// recommended cache before it (keys rotated too) cost +4.0%. K2V2 with sinks and the
-/// adaptive basis costs +7.5%, where rotating every head's keys cost Qwen2.5 +46% to +121%
-/// on the benchmark's windows: its bound is a tripwire for that collapse.
+/// adaptive basis costs +5.6%, where choosing only between plain and rotated keys cost
+/// +7.5% and rotating every head's keys cost Qwen2.5 +46% to +121% on the benchmark's
+/// windows: its bound fails if the basis loses its channel factors.
 #[test]
 fn the_recommended_caches_hold_on_qwen25() {
     check(
@@ -89,7 +91,7 @@ fn the_recommended_caches_hold_on_qwen25() {
         &[
             (RECOMMENDED, 2.0),
             ("k4v4-g32-r128", 1.5),
-            ("k2v2-g32-r128-s4-rota", 12.0),
+            ("k2v2-g32-r128-s4-rota", 7.0),
         ],
     );
 }
@@ -97,7 +99,7 @@ fn the_recommended_caches_hold_on_qwen25() {
 /// Gemma 3's setting applies to its 3 global layers of 18 (its window layers hold their
 /// newest positions in full precision); the window's text fills them past their window.
 /// On this window (its first token the BOS, as Gemma reads every text) the recommended
-/// cache costs it +0.33%, K4V4 +0.26% and K2V2 with sinks and the adaptive basis +0.82%.
+/// cache costs it +0.29%, K4V4 +0.27% and K2V2 with sinks and the adaptive basis +0.70%.
 #[test]
 fn the_recommended_caches_hold_on_gemma3() {
     check(

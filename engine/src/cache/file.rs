@@ -32,11 +32,13 @@ pub const FORMAT: &str = "kivi-chat-kv-cache";
 /// residual arrays begin with the attention sinks; keys and values may be stored in the
 /// Hadamard basis), which version 2 readers cannot take. Version 4: `windows`, each layer's
 /// sliding window (a window layer holds its newest positions whatever the settings), which
-/// a version 3 reader would take for KIVI layers.
-pub const VERSION: &str = "4";
+/// a version 3 reader would take for KIVI layers. Version 5: an adaptive basis's key
+/// channel factors (`basis.key_scales`), unknown to a version 4 reader.
+pub const VERSION: &str = "5";
 /// Versions this code reads: a version 2 file holds plain KIVI or full precision, whose
-/// layout version 3 keeps; neither has window layers.
-const READABLE: [&str; 3] = ["2", "3", VERSION];
+/// layout version 3 keeps; neither has window layers; an adaptive basis of version 4 or
+/// before scaled no channel (all ones).
+const READABLE: [&str; 4] = ["2", "3", "4", VERSION];
 /// More layers than any model has: a header claiming more is refused.
 const MAX_LAYERS: usize = 4096;
 

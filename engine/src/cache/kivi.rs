@@ -60,7 +60,7 @@ use super::config::KiviConfig;
 use super::kivi_runtime::{KiviRuntime, ResidualWindow, Step};
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
 use crate::runtime::host::kv::host_floats;
-use basis::{HeadBasis, QueryEnergy};
+use basis::{HeadBasis, QueryEnergy, Scaling};
 
 /// A runtime's window cut, as [`ResidualWindow::cut`] takes it.
 type Cut<R> = <<R as KiviRuntime>::Window as ResidualWindow>::Cut;
@@ -324,6 +324,17 @@ impl<R: KiviRuntime> KiviCache<R> {
     /// float32 by the runtime and returned in `x`'s dtype. `x` is `[B, heads, L, D]`; with a
     /// choice per KV head, a tensor of query heads follows each one's KV head.
     fn rotated(&self, x: &Array, heads: Heads<'_>) -> Result<Array, CacheError> {
+        self.rotated_by(x, heads, None)
+    }
+
+    /// [`Self::rotated`], each rotated head's channels first multiplied by its KV head's
+    /// `factors` (`[B * KV heads, D]`).
+    fn rotated_by(
+        &self,
+        x: &Array,
+        heads: Heads<'_>,
+        factors: Option<&[f32]>,
+    ) -> Result<Array, CacheError> {
         let mask = match heads {
             Heads::None => return Ok(x.clone()),
             Heads::All => None,
@@ -332,33 +343,53 @@ impl<R: KiviRuntime> KiviCache<R> {
         if x.size() == 0 {
             return Ok(x.clone());
         }
-        let &[b, h, _, _] = x.shape() else {
+        let &[b, h, _, d] = x.shape() else {
             return Err(CacheError::Shape(format!(
                 "cannot rotate an array of shape {:?}",
                 x.shape()
             )));
         };
-        let (b, h) = (b as usize, h as usize);
+        let (b, h, d) = (b as usize, h as usize, d as usize);
         // Each of `x`'s heads, batch-major, follows its KV head's choice.
-        let on: Option<Vec<bool>> = match mask {
-            None => None,
-            Some(m) => {
-                let per_kv = h / (m.len() / b.max(1)).max(1);
-                if per_kv == 0 || m.len() * per_kv != b * h {
-                    return Err(CacheError::Shape(format!(
-                        "{h} heads do not follow the basis of {} KV heads",
-                        m.len()
-                    )));
-                }
-                Some((0..b * h).map(|i| m[i / per_kv]).collect())
+        let pairs = mask
+            .map(<[bool]>::len)
+            .or(factors.map(|f| f.len() / d.max(1)))
+            .unwrap_or(b * h);
+        let per_kv = (b * h) / pairs.max(1);
+        if per_kv == 0 || pairs * per_kv != b * h {
+            return Err(CacheError::Shape(format!(
+                "{h} heads do not follow the basis of {pairs} KV heads"
+            )));
+        }
+        let on: Option<Vec<bool>> = mask.map(|m| (0..b * h).map(|i| m[i / per_kv]).collect());
+        let factors: Option<Vec<f32>> = match factors {
+            Some(f) if f.len() == pairs * d => Some(
+                f.chunks_exact(d)
+                    .flat_map(|head| std::iter::repeat_n(head, per_kv).flatten().copied())
+                    .collect(),
+            ),
+            Some(f) => {
+                return Err(CacheError::Shape(format!(
+                    "{} channel factors for {pairs} KV heads of {d} channels",
+                    f.len()
+                )))
             }
+            None => None,
         };
+        let (on, factors) = (on.as_deref(), factors.as_deref());
         let dtype = x.dtype();
         if dtype == Dtype::Float32 {
-            return R::rotate(x, on.as_deref());
+            return R::rotate(x, on, factors);
         }
-        let out = R::rotate(&x.as_dtype(Dtype::Float32)?, on.as_deref())?;
+        let out = R::rotate(&x.as_dtype(Dtype::Float32)?, on, factors)?;
         Ok(out.as_dtype(dtype)?)
+    }
+
+    /// Keys in an adaptive basis's chosen basis: each rotated head's channels multiplied by
+    /// its factors, then rotated.
+    fn keys_in(&self, keys: &Array, chosen: &HeadBasis) -> Result<Array, CacheError> {
+        let factors = chosen.key_factors(Scaling::Keys);
+        self.rotated_by(keys, Heads::chosen(&chosen.keys), factors.as_deref())
     }
 
     /// The call's keys and values in the basis they are stored in (KIVI+'s rotation) and
@@ -386,7 +417,7 @@ impl<R: KiviRuntime> KiviCache<R> {
         let (keys, values) = (keys.as_dtype(dims.dtype)?, values.as_dtype(dims.dtype)?);
         let in_chosen = |chosen: &HeadBasis| -> Result<(Array, Array), CacheError> {
             Ok((
-                self.rotated(&keys, Heads::chosen(&chosen.keys))?,
+                self.keys_in(&keys, chosen)?,
                 self.rotated(&values, Heads::chosen(&chosen.values))?,
             ))
         };
@@ -413,7 +444,7 @@ impl<R: KiviRuntime> KiviCache<R> {
             Some(w) => {
                 let (k, v) = w.arrays();
                 Some(R::Window::from_arrays(
-                    self.rotated(&k, Heads::chosen(&chosen.keys))?,
+                    self.keys_in(&k, &chosen)?,
                     self.rotated(&v, Heads::chosen(&chosen.values))?,
                     self.config.residual_room(),
                 )?)
@@ -690,7 +721,9 @@ impl<R: KiviRuntime> KvCache for KiviCache<R> {
         // KIVI+'s basis (as it stands after the append, which may choose it): keys enter
         // rotated, so the queries are rotated alike; the output of rotated values is rotated
         // back (H·H = I).
-        let rotated = self.rotated(queries, self.key_heads());
+        let factors = self.adaptive.as_ref().and_then(|a| a.chosen.as_ref());
+        let factors = factors.and_then(|b| b.key_factors(Scaling::Queries));
+        let rotated = self.rotated_by(queries, self.key_heads(), factors.as_deref());
         let out = rotated
             .and_then(|queries| Ok(attention::attend(&queries, self.view(), scale, R::KERNELS)?));
         // The flush completes whatever attention returned: the tokens are held either way.
@@ -793,8 +826,9 @@ impl<R: KiviRuntime> KvCache for KiviCache<R> {
 }
 
 /// An adaptive basis's state as arrays: each head's choice, `basis.keys` and
-/// `basis.values` (`[B, H, 1, 1]`, 0 or 1), or before it the queries' energy,
-/// `basis.queries` (`[B, H, 1, Dk]`).
+/// `basis.values` (`[B, H, 1, 1]`, 0 or 1) and, unless all are ones, its keys' channel
+/// factors `basis.key_scales` (`[B, H, 1, Dk]`, float32); or before the choice the queries'
+/// energy, `basis.queries` (`[B, H, 1, Dk]`).
 fn basis_arrays(adaptive: &Adaptive, dims: Dims) -> Vec<(&'static str, Array)> {
     let [b, h] = [dims.batch, dims.heads];
     match &adaptive.chosen {
@@ -803,10 +837,18 @@ fn basis_arrays(adaptive: &Adaptive, dims: Dims) -> Vec<(&'static str, Array)> {
                 let flags: Vec<u32> = mask.iter().map(|&on| u32::from(on)).collect();
                 Array::from_slice(&flags, &[b, h, 1, 1])
             };
-            vec![
+            let mut arrays = vec![
                 ("basis.keys", flags(&chosen.keys)),
                 ("basis.values", flags(&chosen.values)),
-            ]
+            ];
+            if chosen.key_factors(Scaling::Keys).is_some() {
+                let shape = [b, h, 1, dims.key_dim];
+                arrays.push((
+                    "basis.key_scales",
+                    Array::from_slice(&chosen.key_scales, &shape),
+                ));
+            }
+            arrays
         }
         None if adaptive.energy.sums.is_empty() => Vec::new(),
         None => vec![(

@@ -87,9 +87,11 @@ pub(crate) trait KiviRuntime: Send + 'static {
     /// The kernels that attend over the cache.
     const KERNELS: Kernels;
 
-    /// `x·H` along the last axis of the heads `on` names (`None`: every head) of `x`, a
-    /// float32 `[B, heads, L, D]` array; `on` is per head of `x`, batch-major.
-    fn rotate(x: &Array, on: Option<&[bool]>) -> Result<Array, CacheError>;
+    /// `(x ⊙ s)·H` along the last axis of the heads `on` names (`None`: every head) of
+    /// `x`, a float32 `[B, heads, L, D]` array; `on` is per head of `x`, batch-major, and
+    /// `scales` (`None`: all ones) `[B * heads, D]`, one factor per head and channel, each
+    /// product rounded to float32 before the rotation.
+    fn rotate(x: &Array, on: Option<&[bool]>, scales: Option<&[f32]>) -> Result<Array, CacheError>;
 
     /// `x` quantized in groups along its last axis, or along its second-last when
     /// `transposed` (then stored with those two axes swapped).

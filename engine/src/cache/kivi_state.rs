@@ -38,7 +38,9 @@ impl<R: KiviRuntime> KiviCache<R> {
                     residual_values = Some(array);
                     continue;
                 }
-                "basis.keys" | "basis.values" | "basis.queries" if cache.adaptive.is_some() => {
+                "basis.keys" | "basis.values" | "basis.key_scales" | "basis.queries"
+                    if cache.adaptive.is_some() =>
+                {
                     basis.push((name, array));
                     continue;
                 }
@@ -246,11 +248,40 @@ fn adaptive_state(
 ) -> Result<Adaptive, CacheError> {
     let bad = |why: String| Err(CacheError::State(why));
     let find = |name: &str| arrays.iter().find(|(n, _)| n == name).map(|(_, a)| a);
-    let (keys, values, queries) = (
+    let (keys, values, scales, queries) = (
         find("basis.keys"),
         find("basis.values"),
+        find("basis.key_scales"),
         find("basis.queries"),
     );
+    // Files from before the channel factors existed hold none: all ones.
+    let key_scales = |keys: &[bool]| -> Result<Vec<f32>, CacheError> {
+        let Some(a) = scales else {
+            return Ok(vec![1.0; keys.len() * dims.key_dim as usize]);
+        };
+        expect(
+            a,
+            &[dims.batch, dims.heads, 1, dims.key_dim],
+            Some(Dtype::Float32),
+        )?;
+        let a = kivi_kernels::host::readable::<f32>(a)?;
+        let scales = a.as_slice::<f32>().to_vec();
+        if scales.iter().any(|s| !s.is_finite() || *s <= 0.0) {
+            return Err(CacheError::State(
+                "the keys' channel factors must be finite and positive".into(),
+            ));
+        }
+        let unrotated = scales.chunks_exact(dims.key_dim as usize).zip(keys);
+        if unrotated
+            .filter(|(_, &on)| !on)
+            .any(|(s, _)| s.iter().any(|&s| s != 1.0))
+        {
+            return Err(CacheError::State(
+                "a head whose keys are not rotated has channel factors".into(),
+            ));
+        }
+        Ok(scales)
+    };
     let heads = [dims.batch, dims.heads, 1, 1];
     let flags = |a: &Array| -> Result<Vec<bool>, CacheError> {
         expect(a, &heads, Some(Dtype::Uint32))?;
@@ -264,17 +295,25 @@ fn adaptive_state(
         Ok(flags.iter().map(|&f| f == 1).collect())
     };
     match (keys, values, queries, quantized > 0) {
-        (Some(k), Some(v), None, true) => Ok(Adaptive {
-            energy: QueryEnergy::default(),
-            chosen: Some(HeadBasis {
-                keys: flags(k)?,
-                values: flags(v)?,
-            }),
-        }),
-        (None, None, queries, false) => {
+        (Some(k), Some(v), None, true) => {
+            let keys = flags(k)?;
+            Ok(Adaptive {
+                energy: QueryEnergy::default(),
+                chosen: Some(HeadBasis {
+                    key_scales: key_scales(&keys)?,
+                    keys,
+                    values: flags(v)?,
+                }),
+            })
+        }
+        (None, None, queries, false) if scales.is_none() => {
             let sums = match queries {
                 Some(q) => {
-                    expect(q, &[dims.batch, dims.heads, 1, dims.key_dim], Some(Dtype::Float32))?;
+                    expect(
+                        q,
+                        &[dims.batch, dims.heads, 1, dims.key_dim],
+                        Some(Dtype::Float32),
+                    )?;
                     let q = kivi_kernels::host::readable::<f32>(q)?;
                     let sums = q.as_slice::<f32>().to_vec();
                     if sums.iter().any(|x| !x.is_finite() || *x < 0.0) {
@@ -290,7 +329,8 @@ fn adaptive_state(
             })
         }
         _ => bad(format!(
-            "an adaptive basis holds its choice once anything is quantized, and its queries              before; this one does not fit {quantized} quantized tokens"
+            "an adaptive basis holds its choice once anything is quantized, and its queries \
+             before; this one does not fit {quantized} quantized tokens"
         )),
     }
 }

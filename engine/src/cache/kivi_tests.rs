@@ -462,6 +462,7 @@ fn an_adaptive_basis_is_chosen_alike_for_every_chunking_and_runtime() {
             keys.contains(&true) || basis.values.contains(&true),
             "{basis:?}"
         );
+        assert!(basis.key_factors(Scaling::Keys).is_some(), "{basis:?}");
         match &chosen {
             None => chosen = Some(basis),
             Some(first) => assert_eq!(first, &basis, "{backend}"),
@@ -502,6 +503,25 @@ fn an_adaptive_basis_is_chosen_alike_for_every_chunking_and_runtime() {
     }
     let err = kivi(config, HOST).restore(state).unwrap_err();
     assert!(err.to_string().contains("neither 0 nor 1"), "{err}");
+    // Channel factors that are not positive are refused; a file from before they existed
+    // (none saved) reads as all ones.
+    let with_factors = |f: &dyn Fn(&mut CacheState)| {
+        let mut state = host.state().unwrap();
+        f(&mut state);
+        let mut cache = kivi(config, HOST);
+        cache.restore(state).map(|()| cache.chosen())
+    };
+    let err = with_factors(&|state| {
+        for (name, array) in &mut state.arrays {
+            if name == "basis.key_scales" {
+                *array = ops::negative(&*array).unwrap();
+            }
+        }
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("finite and positive"), "{err}");
+    let old = with_factors(&|s| s.arrays.retain(|(name, _)| name != "basis.key_scales")).unwrap();
+    assert_eq!(old.unwrap().key_factors(Scaling::Keys), None);
 }
 
 #[test]
@@ -671,11 +691,11 @@ fn accounting_matches_the_arrays() {
             (tokens, sinks, q, tokens - q - sinks)
         );
         let names: Vec<&str> = cache.arrays().iter().map(|(n, _)| *n).collect();
-        // An adaptive basis adds its choice (keys', values') once anything is quantized.
-        let basis = if config.rotation().adaptive() && q > 0 {
-            2
-        } else {
-            0
+        // An adaptive basis adds its choice (keys', values' and, unless all ones, the keys'
+        // channel factors) once anything is quantized.
+        let basis = match cache.chosen() {
+            Some(b) if q > 0 => 2 + usize::from(b.key_factors(Scaling::Keys).is_some()),
+            _ => 0,
         };
         assert_eq!(names.len(), basis + if q > 0 { 8 } else { 2 });
     }
@@ -833,13 +853,16 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
             let chosen = cache.chosen();
             if adaptive {
                 assert!(chosen.is_some(), "chosen at the first flush");
+                // This stream's heads take channel factors, so they are checked here too.
+                let factors = chosen.as_ref().and_then(|c| c.key_factors(Scaling::Keys));
+                assert!(factors.is_some(), "{backend} {config}: no channel factors");
             }
             for h in 0..KV_HEADS {
                 let (hk, hv) = stream.head(h, sinks + q);
                 // What the cache quantizes: the tokens after the sinks, as the model hands
                 // them over (in its compute dtype; an adaptive basis rounds them to the
                 // storage dtype before it rotates), in the cache's basis, then stored.
-                let stored = |x: &[f32], rotate: bool| {
+                let stored = |x: &[f32], rotate: bool, scales: &[f32]| {
                     let mut x: Vec<f32> = x[sinks * DIM..]
                         .iter()
                         .map(|&v| match backend.precision() {
@@ -848,15 +871,27 @@ fn the_quantized_history_is_the_reference_quantizer_bit_for_bit() {
                         })
                         .collect();
                     if rotate {
+                        for row in x.chunks_exact_mut(DIM) {
+                            row.iter_mut().zip(scales).for_each(|(v, s)| *v *= s);
+                        }
                         rotation::rotate_rows(&mut x, DIM).unwrap();
                     }
                     x.iter().map(|&v| storage.round(v)).collect::<Vec<_>>()
                 };
-                let (rotate_k, rotate_v) = match &chosen {
-                    Some(basis) => (basis.keys[h], basis.values[h]),
-                    None => (config.rotation().keys(), config.rotation().values()),
+                let ones = [1f32; DIM];
+                let (rotate_k, rotate_v, scales) = match &chosen {
+                    Some(basis) => (
+                        basis.keys[h],
+                        basis.values[h],
+                        &basis.key_scales[h * DIM..(h + 1) * DIM],
+                    ),
+                    None => (
+                        config.rotation().keys(),
+                        config.rotation().values(),
+                        &ones[..],
+                    ),
                 };
-                let (hk, hv) = (stored(hk, rotate_k), stored(hv, rotate_v));
+                let (hk, hv) = (stored(hk, rotate_k, scales), stored(hv, rotate_v, &ones));
                 let rounded = |x: &[f32]| x.to_vec();
                 let keys = reference::quantize_rows_stored(
                     &reference::transpose(&rounded(&hk), q, DIM),

@@ -25,12 +25,18 @@ impl KiviRuntime for Host {
     type Window = HostKv;
     const KERNELS: Kernels = Kernels::Host;
 
-    fn rotate(x: &Array, on: Option<&[bool]>) -> Result<Array, CacheError> {
+    fn rotate(x: &Array, on: Option<&[bool]>, scales: Option<&[f32]>) -> Result<Array, CacheError> {
         let x = readable::<f32>(x)?;
         let (l, d) = (x.dim(2) as usize, x.dim(3) as usize);
         let mut data = host_floats(&x)?.to_vec();
         for (i, head) in data.chunks_exact_mut(l * d).enumerate() {
             if on.is_none_or(|on| on[i]) {
+                if let Some(s) = scales {
+                    let s = &s[i * d..(i + 1) * d];
+                    for row in head.chunks_exact_mut(d) {
+                        row.iter_mut().zip(s).for_each(|(v, s)| *v *= s);
+                    }
+                }
                 rotation::rotate_rows(head, d)?;
             }
         }

@@ -16,8 +16,14 @@ impl KiviRuntime for Mlx {
     type Window = MlxWindow;
     const KERNELS: Kernels = Kernels::Mlx;
 
-    fn rotate(x: &Array, on: Option<&[bool]>) -> Result<Array, CacheError> {
-        let all = rotation::rotate(x)?;
+    fn rotate(x: &Array, on: Option<&[bool]>, scales: Option<&[f32]>) -> Result<Array, CacheError> {
+        let all = match scales {
+            Some(s) => {
+                let s = Array::from_slice(s, &[x.dim(0), x.dim(1), 1, x.dim(3)]);
+                rotation::rotate(&ops::multiply(x, &s)?)?
+            }
+            None => rotation::rotate(x)?,
+        };
         let Some(on) = on else { return Ok(all) };
         let flags: Vec<u32> = on.iter().map(|&on| u32::from(on)).collect();
         let shape = [x.dim(0), x.dim(1), 1, 1];
