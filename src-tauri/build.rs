@@ -19,6 +19,7 @@ const COMMANDS: &[&str] = &[
     "pick_documents",
     "attach_document",
     "remove_document",
+    "read_part_of_document",
     "prefill_chat",
     "get_settings",
     "get_default_settings",

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::commands::{chats, documents, generation, models, server, settings, stats, system};
 use crate::desktop::FakeDesktop;
+use crate::document_part::grouped;
 use crate::error::ErrorCode;
 use crate::events::{names, RecordingSink};
 use crate::state::{App, AppConfig, AppState};
@@ -369,6 +370,37 @@ async fn failed_checks_store_nothing() {
     );
     let got = chats::get(&h.app, chat.id.clone()).await.unwrap();
     assert_eq!(got.messages.len(), 2, "nothing was stored");
+    // The part that fits, when asked for: the longest head, with a note saying which part
+    // it is, in the original's place.
+    let part = documents::read_part(&h.app, chat.id.clone(), doc.id.clone())
+        .await
+        .unwrap();
+    assert!(part.fits_in_context, "{part:?}");
+    assert!(
+        part.name.starts_with(&format!("{} (first ", doc.name))
+            && part
+                .name
+                .ends_with(&format!(" of {} tokens)", grouped(doc.token_count))),
+        "{}",
+        part.name
+    );
+    assert!(part.token_count < doc.token_count);
+    assert!(
+        (1024 - 16..=1024).contains(&part.context_needed),
+        "the part fills the room: {part:?}"
+    );
+    let text = h.app.store.document_text(&part.id).unwrap();
+    assert!(text.starts_with("[Only part of the document"), "{text}");
+    let docs = chats::get(&h.app, chat.id.clone()).await.unwrap().documents;
+    assert_eq!(docs.iter().map(|d| &d.id).collect::<Vec<_>>(), [&part.id]);
+    // A document that fits is read whole.
+    let err = documents::read_part(&h.app, chat.id.clone(), part.id.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidArgument, "{}", err.message);
+    documents::remove(&h.app, chat.id.clone(), part.id.clone())
+        .await
+        .unwrap();
     // Unsupported and missing files.
     let err = documents::attach(
         &h.app,
@@ -1170,7 +1202,7 @@ fn only_the_app_commands_are_allowed_and_ipc_md_lists_them_all() {
     ] {
         v.sort();
     }
-    assert_eq!(manifest.len(), 36);
+    assert_eq!(manifest.len(), 37);
     assert_eq!(registered, manifest, "handler vs build.rs");
     assert_eq!(documented, manifest, "IPC.md vs build.rs");
     assert_eq!(allowed, expected, "capability vs build.rs");

@@ -10,6 +10,7 @@ mod chat_cache;
 mod commands;
 mod desktop;
 mod disk_caches;
+mod document_part;
 mod downloads;
 mod error;
 mod events;
@@ -122,6 +123,7 @@ fn main() -> anyhow::Result<()> {
             documents::pick_documents,
             documents::attach_document,
             documents::remove_document,
+            documents::read_part_of_document,
             documents::prefill_chat,
             settings::get_settings,
             settings::get_default_settings,

@@ -83,6 +83,89 @@ pub async fn remove(app: &App, chat_id: String, document_id: String) -> CommandR
     Ok(())
 }
 
+/// `read_part_of_document`: a document too long for the context is replaced by the longest
+/// head of it that fits beside the system prompt, the chat's other documents and the answer,
+/// with a note at its head telling the model which part it sees (`document_part.rs`). Its
+/// file is untouched: attached again after the context grows, it is read whole.
+pub async fn read_part(
+    app: &App,
+    chat_id: String,
+    document_id: String,
+) -> CommandResult<DocumentInfo> {
+    app.store.chat_summary(&chat_id)?;
+    app.jobs.ensure_idle(&chat_id, None)?;
+    let chat = app.chat_out(app.store.get_chat(&chat_id)?).await;
+    let doc = chat
+        .documents
+        .iter()
+        .find(|d| d.id == document_id)
+        .cloned()
+        .ok_or_else(|| {
+            CommandError::new(ErrorCode::NotFound, "That document is not in this chat.")
+        })?;
+    if doc.fits_in_context {
+        return Err(CommandError::new(
+            ErrorCode::InvalidArgument,
+            format!("{} fits in the context: it is read whole.", doc.name),
+        ));
+    }
+    // What the context holds besides this document: the system prompt and the answer's
+    // room (the first document's need less its own tokens), and every other document.
+    let fixed = chat
+        .documents
+        .first()
+        .map_or(0, |d| d.context_needed.saturating_sub(d.token_count));
+    let others: u64 = chat
+        .documents
+        .iter()
+        .filter(|d| d.id != doc.id)
+        .map(|d| d.token_count)
+        .sum();
+    let room = doc.context_length.saturating_sub(fixed + others);
+    let engine = app.model.wait_ready(LOAD_WAIT).await?;
+    let text = app.store.document_text(&doc.id)?;
+    let count = |text: String| {
+        let engine = engine.clone();
+        async move { engine.count_tokens(text).await.map(|n| n as u64) }
+    };
+    let part = crate::document_part::first_part(&doc.name, &text, doc.token_count, room, count)
+        .await?
+        .ok_or_else(|| {
+            CommandError::new(
+                ErrorCode::ContextOverflow,
+                format!(
+                    "No part of {} fits: the system prompt, the other documents and the \
+                     answer's room take the whole context of {} tokens.",
+                    doc.name, doc.context_length
+                ),
+            )
+        })?;
+    let name = format!(
+        "{} (first {} of {} tokens)",
+        doc.name,
+        crate::document_part::grouped(part.head_tokens),
+        crate::document_part::grouped(doc.token_count)
+    );
+    let added = app.store.add_document(
+        &chat_id,
+        &NewDocument {
+            name,
+            path: doc.path.clone(),
+            kind: doc.kind,
+            size_bytes: part.text.len() as u64,
+            token_count: part.tokens,
+            text: part.text,
+        },
+    )?;
+    app.store.remove_document(&chat_id, &doc.id)?;
+    app.drop_chat_cache(&chat_id);
+    let chat = app.chat_out(app.store.get_chat(&chat_id)?).await;
+    chat.documents
+        .into_iter()
+        .find(|d| d.id == added.id)
+        .ok_or_else(|| CommandError::internal("The document's part vanished while it was kept."))
+}
+
 /// `prefill_chat`: reads the system prompt, the documents that fit and the history into the
 /// chat's cache now; the job's id, or `None` when there is nothing to read.
 pub async fn prefill(app: &App, chat_id: String) -> CommandResult<Option<String>> {
@@ -126,6 +209,15 @@ pub async fn attach_document(
     path: String,
 ) -> CommandResult<DocumentInfo> {
     attach(&app, chat_id, path).await
+}
+
+#[tauri::command]
+pub async fn read_part_of_document(
+    app: State<'_, App>,
+    chat_id: String,
+    document_id: String,
+) -> CommandResult<DocumentInfo> {
+    read_part(&app, chat_id, document_id).await
 }
 
 #[tauri::command]

@@ -9,6 +9,10 @@ export const attachDocument = (chatId: Id, path: string) => call<DocumentInfo>("
 
 export const removeDocument = (chatId: Id, documentId: Id) => call<null>("remove_document", { chatId, documentId });
 
+/** Replaces a document too long for the context by its longest head that fits, with a note
+ * telling the model which part it sees; resolves to the part (a document of its own). */
+export const readPartOfDocument = (chatId: Id, documentId: Id) => call<DocumentInfo>("read_part_of_document", { chatId, documentId });
+
 /** Prefills the chat's system prompt and documents into its KV cache now, so the first question
  * answers quickly. Resolves to the job id (progress comes as `prefill-progress`), or null when
  * everything is already cached. */

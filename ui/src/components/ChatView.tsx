@@ -6,6 +6,7 @@ import { cacheLabel, sameCache } from "../lib/kivi";
 import { formatCount, formatEta, formatPercent, formatRate } from "../lib/format";
 import {
   activateModel,
+  readPartOfDocument,
   exportChat,
   pickAndAttach,
   renameChat,
@@ -273,7 +274,7 @@ function EmptyChat({ view }: { view: ChatViewState }) {
           <p class="muted" data-testid="too-long-text">
             {one &&
               `It has ${formatCount(one.tokenCount)} tokens; with the system prompt, the documents before it and room for an answer it needs a context of ${formatCount(one.contextNeeded)} tokens, and the context holds ${formatCount(one.contextLength)}: ${formatCount(fittingTokens(one))} of its tokens would fit, and nothing is cut without you. `}
-            Remove it, or raise the context length in Settings (“Fit this machine” finds the longest this computer holds).
+            Read only its first part (the model is told which part it sees), remove it, or raise the context length in Settings (“Fit this machine” finds the longest this computer holds).
             {longer && ` ${longer.name}, installed, reads up to ${formatCount(longer.contextLength)} tokens.`}
             {docs.length > tooLong.length && " The other documents can be used as usual."}
           </p>
@@ -284,6 +285,11 @@ function EmptyChat({ view }: { view: ChatViewState }) {
             {longer && (
               <button type="button" class="btn" data-testid="use-longer-model" onClick={() => void activateModel(longer.id)}>
                 Use {longer.name}
+              </button>
+            )}
+            {one && fittingTokens(one) > 0 && (
+              <button type="button" class="btn" data-testid="read-part" onClick={() => void readPartOfDocument(one.id)}>
+                Read the part that fits (about {formatCount(fittingTokens(one))} tokens)
               </button>
             )}
           </div>

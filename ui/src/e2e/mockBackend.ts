@@ -855,6 +855,30 @@ async function handle(cmd: string, a: Record<string, unknown>): Promise<unknown>
       setTimeout(() => void pushStats(), 0);
       return null;
     }
+    case "read_part_of_document": {
+      const rec = getChat(a.chatId);
+      if (busy(rec.chat.id)) fail("busy", "The chat is busy.");
+      const docs = withFit(rec.chat);
+      const doc = docs.find((d) => d.id === a.documentId) ?? fail("notFound", "That document is not in this chat.");
+      if (doc.fitsInContext) fail("invalidArgument", `${doc.name} fits in the context: it is read whole.`);
+      const fixed = estimateTokens(rec.chat.systemPrompt) + settings.sampling.maxTokens;
+      const others = docs.filter((d) => d.id !== doc.id).reduce((n, d) => n + d.tokenCount, 0);
+      const head = settings.contextLength - fixed - others - 40;
+      if (head <= 0) fail("contextOverflow", `No part of ${doc.name} fits.`);
+      const part: DocumentInfo = {
+        ...rec.chat.documents.find((d) => d.id === doc.id)!,
+        id: newId("doc"),
+        name: `${doc.name} (first ${head.toLocaleString("en-US")} of ${doc.tokenCount.toLocaleString("en-US")} tokens)`,
+        tokenCount: head + 40,
+        prefilled: false,
+        addedAt: now(),
+      };
+      rec.chat.documents = [...rec.chat.documents.filter((d) => d.id !== doc.id), part];
+      rec.cacheConfig = null;
+      rec.cacheTokens = 0;
+      rec.diskCache = null;
+      return withFit(rec.chat).find((d) => d.id === part.id);
+    }
     case "prefill_chat": {
       const rec = getChat(a.chatId);
       if (busy(rec.chat.id)) fail("busy", "The chat is busy.");

@@ -542,6 +542,22 @@ export async function removeDocument(documentId: Id): Promise<void> {
   }
 }
 
+/** Reads only the part of a too-long document that fits (the back end cuts it and says so
+ * to the model), then reads it into the cache. */
+export async function readPartOfDocument(documentId: Id): Promise<void> {
+  const view = activeView();
+  if (!view) return;
+  const chatId = view.chat.id;
+  try {
+    const part = await documents.readPartOfDocument(chatId, documentId);
+    updateView(chatId, (v) => logic.applyDocumentAdded(logic.applyDocumentRemoved(v, documentId), part));
+    void refreshChats();
+    await prefill(chatId);
+  } catch (e) {
+    reportError("Could not keep the part that fits", e);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Settings
 

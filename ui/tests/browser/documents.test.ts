@@ -112,4 +112,28 @@ describe("documents", () => {
     await chip.locator(tid("doc-remove")).click();
     await page.waitForSelector(tid("doc-chip"), { state: "detached" });
   });
+
+  it("reads only the part of a too-long document that fits, when asked, and says so", async () => {
+    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+    const { page } = app;
+    await page.evaluate(() => {
+      window.__kiviMock.pickResult = ["/books/moby-dick.txt"];
+    });
+    await page.click(tid("new-chat"));
+    await page.click(tid("attach-button"));
+    await page.locator(tid("doc-chip")).waitFor();
+    const button = page.locator(tid("read-part"));
+    expect(await button.textContent()).toMatch(/Read the part that fits \(about [\d,]+ tokens\)/);
+    // Nothing is read before the user asks.
+    expect((await mockCalls(page)).some((c) => c.cmd === "read_part_of_document")).toBe(false);
+    await button.click();
+    const chip = page.locator(`${tid("doc-chip")}[data-fits="true"]`);
+    await chip.waitFor();
+    expect(await page.locator(".doc-name").textContent()).toMatch(/^moby-dick\.txt \(first [\d,]+ of 287,412 tokens\)$/);
+    expect(await page.locator(tid("read-part")).count()).toBe(0);
+    const calls = await mockCalls(page);
+    expect(calls.filter((c) => c.cmd === "read_part_of_document").length).toBe(1);
+    // The part is read into the cache as any document that fits.
+    expect(calls.some((c) => c.cmd === "prefill_chat")).toBe(true);
+  });
 });

@@ -82,6 +82,7 @@ async function callEveryWrapper(): Promise<void> {
   await documents.pickDocuments();
   await documents.attachDocument("c", "/a.txt");
   await documents.removeDocument("c", "d");
+  await documents.readPartOfDocument("c", "d");
   await documents.prefillChat("c");
   await settings.getSettings();
   await settings.getDefaultSettings();
