@@ -56,10 +56,10 @@ use kivi_kernels::{
 };
 use mlx_rs::{ops, transforms::eval, Array, Dtype};
 
+use super::arrays::host_floats;
 use super::config::KiviConfig;
 use super::kivi_runtime::{KiviRuntime, ResidualWindow, Step};
 use super::{CacheError, CacheState, KvCache, LayerKvStats};
-use crate::runtime::host::kv::host_floats;
 use basis::{HeadBasis, QueryEnergy, Scaling};
 
 /// A runtime's window cut, as [`ResidualWindow::cut`] takes it.

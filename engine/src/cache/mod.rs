@@ -16,6 +16,7 @@
 //!   backend the model runs on), validated and serializable.
 //! - [`file`]: saving a model's caches and reopening them without a new prefill.
 
+pub(crate) mod arrays;
 mod config;
 pub mod file;
 pub(crate) mod full;

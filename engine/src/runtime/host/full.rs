@@ -22,7 +22,8 @@ use kivi_kernels::{
 };
 use mlx_rs::{Array, Dtype};
 
-use super::kv::{host_floats, HostKv};
+use super::kv::HostKv;
+use crate::cache::arrays::{host_block, host_floats};
 use crate::cache::full::{check_call, differs, restored, state, stats, truncate};
 use crate::cache::{CacheError, CacheState, KvCache, LayerKvStats};
 
@@ -128,7 +129,7 @@ impl KvCache for HostFullCache {
 
     fn restore(&mut self, state: CacheState) -> Result<(), CacheError> {
         self.kv = match restored(state)? {
-            Some((keys, values)) => Some(HostKv::from_arrays(&keys, &values, 0)?),
+            Some((keys, values)) => Some(HostKv::from_block(&host_block(&keys, &values)?, 0)),
             None => None,
         };
         Ok(())

@@ -16,8 +16,9 @@ use kivi_kernels::{
 };
 use mlx_rs::Array;
 
-use super::kv::{host_floats, HostKv};
+use super::kv::HostKv;
 use super::Host;
+use crate::cache::arrays::{host_block, host_floats};
 use crate::cache::kivi_runtime::{Flushed, KiviRuntime, ResidualWindow, Step};
 use crate::cache::CacheError;
 
@@ -78,7 +79,7 @@ impl ResidualWindow for HostKv {
     type Cut = HostCut;
 
     fn from_arrays(keys: Array, values: Array, room: usize) -> Result<Self, CacheError> {
-        HostKv::from_arrays(&keys, &values, room)
+        Ok(HostKv::from_block(&host_block(&keys, &values)?, room))
     }
 
     fn len(&self) -> usize {

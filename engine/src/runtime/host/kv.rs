@@ -7,10 +7,9 @@
 //! conversion rounds), so the buffers hold the same bits as the MLX path's arrays.
 
 use half::{f16, slice::HalfFloatSliceExt};
-use kivi_kernels::{host::readable, HostWindow};
-use mlx_rs::Array;
+use kivi_kernels::HostWindow;
 
-use crate::cache::CacheError;
+use crate::cache::arrays::HostBlock;
 
 /// Host buffers `[B * H, capacity, D]` of keys and values.
 #[derive(Debug, Clone)]
@@ -39,22 +38,13 @@ impl HostKv {
         }
     }
 
-    /// Buffers with room for `capacity` tokens (at least those given) holding `keys` and
-    /// `values`, `[B, H, T, D]` arrays of any float dtype (checked by the caller).
-    pub(crate) fn from_arrays(
-        keys: &Array,
-        values: &Array,
-        capacity: usize,
-    ) -> Result<Self, CacheError> {
-        let (&[b, h, t, dk], &[_, _, _, dv]) = (keys.shape(), values.shape()) else {
-            return Err(CacheError::State("keys and values must be 4-D".into()));
-        };
-        let [b, h, t, dk, dv] = [b, h, t, dk, dv].map(|d| d.max(0) as usize);
+    /// Buffers with room for `capacity` tokens (at least those given) holding `block`.
+    pub(crate) fn from_block(block: &HostBlock, capacity: usize) -> Self {
+        let [b, h, t, dk, dv] = block.dims;
         let mut store = Self::new(b, h, dk, dv);
         store.resize(capacity.max(t));
-        let (k, v) = (readable::<f32>(keys)?, readable::<f32>(values)?);
-        store.append(host_floats(&k)?, host_floats(&v)?, t);
-        Ok(store)
+        store.append(&block.keys, &block.values, t);
+        store
     }
 
     pub(crate) fn pairs(&self) -> usize {
@@ -185,12 +175,6 @@ impl HostKv {
             capacity: self.capacity,
         }
     }
-}
-
-/// A float32 array's data on the host.
-pub(crate) fn host_floats(a: &Array) -> Result<&[f32], CacheError> {
-    a.try_as_slice::<f32>()
-        .map_err(|e| CacheError::Shape(format!("cannot read an array on the host: {e}")))
 }
 
 #[cfg(test)]
