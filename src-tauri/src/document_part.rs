@@ -31,7 +31,8 @@ pub struct Part {
 /// `None` when not even a word fits.
 ///
 /// `count` is the model's tokenizer; a head's count grows with its length, so a binary
-/// search over the cut points finds the longest (about 2·log2(n) counts).
+/// search over the cut points finds the longest (about 2·log2(n) counts), among the heads
+/// of at most twice the bytes the room holds at the document's average bytes per token.
 pub async fn first_part<E, F, Fut>(
     name: &str,
     text: &str,
@@ -65,8 +66,12 @@ where
             })
         }
     };
+    // Heads up to twice the document's average bytes per token times the room: a long
+    // document's search then never counts the whole of it.
+    let reach = (text.len() as u128 * u128::from(room) * 2 / u128::from(total.max(1))) as usize;
+    let within = cuts.partition_point(|&cut| cut <= reach);
     // The last cut whose part fits, if any: `lo` fits (or is -1), `hi` does not.
-    let (mut lo, mut hi): (isize, isize) = (-1, cuts.len() as isize);
+    let (mut lo, mut hi): (isize, isize) = (-1, (within + 1).min(cuts.len()) as isize);
     let mut best = None;
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
