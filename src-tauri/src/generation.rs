@@ -117,8 +117,8 @@ pub async fn plan_generation(
             ErrorCode::ContextOverflow,
             format!(
                 "{} ({} tokens) does not fit in the context of {context} tokens with the \
-                 answer's {} tokens. Remove it, or raise the context length (or lower max \
-                 tokens) in Settings.",
+                 answer's {} tokens. Read only the part that fits, remove it, or raise the \
+                 context length (or lower max tokens) in Settings.",
                 d.name, d.token_count, settings.sampling.max_tokens
             ),
         ));
