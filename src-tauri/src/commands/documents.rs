@@ -66,12 +66,16 @@ pub async fn attach(app: &App, chat_id: String, path: String) -> CommandResult<D
         text: extracted.text,
     };
     let added = app.store.add_document(&chat_id, &doc)?;
-    let chat = app.store.get_chat(&chat_id)?;
-    let chat = app.chat_out(chat).await;
+    document_out(app, &chat_id, &added.id).await
+}
+
+/// A chat's document as commands return it, its fit to the context computed.
+async fn document_out(app: &App, chat_id: &str, id: &str) -> CommandResult<DocumentInfo> {
+    let chat = app.chat_out(app.store.get_chat(chat_id)?).await;
     chat.documents
         .into_iter()
-        .find(|d| d.id == added.id)
-        .ok_or_else(|| CommandError::internal("The document vanished while it was attached."))
+        .find(|d| d.id == id)
+        .ok_or_else(|| CommandError::internal("The document vanished while it was stored."))
 }
 
 /// `remove_document`: the prompt changes, so the chat's cache goes.
@@ -159,11 +163,7 @@ pub async fn read_part(
     )?;
     app.store.remove_document(&chat_id, &doc.id)?;
     app.drop_chat_cache(&chat_id);
-    let chat = app.chat_out(app.store.get_chat(&chat_id)?).await;
-    chat.documents
-        .into_iter()
-        .find(|d| d.id == added.id)
-        .ok_or_else(|| CommandError::internal("The document's part vanished while it was kept."))
+    document_out(app, &chat_id, &added.id).await
 }
 
 /// `prefill_chat`: reads the system prompt, the documents that fit and the history into the

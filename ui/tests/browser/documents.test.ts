@@ -3,6 +3,18 @@ import { mockCalls, openApp, tid, useBrowser, type AppPage } from "./harness";
 
 const env = useBrowser();
 let app: AppPage | null = null;
+
+/** Opens the app with no chats, starts one and attaches `path` through the file picker. */
+async function attachInNewChat(path: string) {
+  app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
+  const { page } = app;
+  await page.evaluate((picked) => {
+    window.__kiviMock.pickResult = [picked];
+  }, path);
+  await page.click(tid("new-chat"));
+  await page.click(tid("attach-button"));
+  return page;
+}
 afterEach(async () => {
   if (app) {
     expect(app.problems.errors).toEqual([]);
@@ -48,13 +60,7 @@ describe("documents", () => {
   });
 
   it("finishes a prefill and marks the document cached; Esc cancels a running one", async () => {
-    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
-    const { page } = app;
-    await page.evaluate(() => {
-      window.__kiviMock.pickResult = ["/home/me/Documents/paper.pdf"];
-    });
-    await page.click(tid("new-chat"));
-    await page.click(tid("attach-button"));
+    const page = await attachInNewChat("/home/me/Documents/paper.pdf");
     await page.locator(tid("doc-cached")).waitFor({ timeout: 10_000 });
     expect(await page.locator(tid("prefill-progress")).count()).toBe(0);
 
@@ -84,13 +90,7 @@ describe("documents", () => {
   });
 
   it("flags a document too long for the context and says what to do", async () => {
-    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
-    const { page } = app;
-    await page.evaluate(() => {
-      window.__kiviMock.pickResult = ["/books/moby-dick.txt"];
-    });
-    await page.click(tid("new-chat"));
-    await page.click(tid("attach-button"));
+    const page = await attachInNewChat("/books/moby-dick.txt");
     const chip = page.locator(tid("doc-chip"));
     await chip.waitFor();
     expect(await chip.getAttribute("data-fits")).toBe("false");
@@ -114,13 +114,7 @@ describe("documents", () => {
   });
 
   it("reads only the part of a too-long document that fits, when asked, and says so", async () => {
-    app = await openApp(env.browser, env.url, { query: { scenario: "empty" } });
-    const { page } = app;
-    await page.evaluate(() => {
-      window.__kiviMock.pickResult = ["/books/moby-dick.txt"];
-    });
-    await page.click(tid("new-chat"));
-    await page.click(tid("attach-button"));
+    const page = await attachInNewChat("/books/moby-dick.txt");
     await page.locator(tid("doc-chip")).waitFor();
     const button = page.locator(tid("read-part"));
     expect(await button.textContent()).toMatch(/Read the part that fits \(about [\d,]+ tokens\)/);
